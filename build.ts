@@ -1,0 +1,24 @@
+/**
+ * `bun run build`: compile the CLI into one self-contained executable, dist/llmroute.
+ * Pass `--target bun-linux-arm64` (etc.) to cross-compile.
+ */
+import { parseArgs } from "node:util";
+
+const { values } = parseArgs({
+  args: Bun.argv.slice(2),
+  options: { target: { type: "string" }, outfile: { type: "string", default: "dist/llmroute" } },
+});
+
+const result = await Bun.build({
+  entrypoints: ["src/cli.ts"],
+  minify: true,
+  compile: {
+    outfile: values.outfile!,
+    ...(values.target ? { target: values.target as Bun.Build.CompileTarget } : {}),
+  },
+});
+if (!result.success) {
+  for (const log of result.logs) console.error(log);
+  process.exit(1);
+}
+for (const output of result.outputs) console.log(`built ${output.path}`);

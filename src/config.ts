@@ -1,0 +1,514 @@
+/**
+ * router.toml → a typed, validated `Config`.
+ *
+ * The file is untrusted input: smol-toml parses it to `unknown`, one validator walks it and
+ * either returns a `Config` or throws a `ConfigError` listing every problem with the file,
+ * line, key, the bad value and what would be valid. Nothing here touches the network.
+ */
+import { parse, TomlError } from "smol-toml";
+import { ConfigError, type ConfigIssue } from "./errors.ts";
+
+export const POLICY_NAMES = ["roundrobin", "random", "least-loaded", "affinity", "hybrid", "cache-aware"] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export const LOG_FORMATS = ["auto", "human", "json"] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+export interface Listen {
+  host: string;
+  port: number;
+}
+
+export interface ReplicaConfig {
+  name: string;
+  /** Base URL without a trailing slash, e.g. http://127.0.0.1:8001 */
+  url: string;
+  /** The card's KV budget in tokens; 0 = unknown (no capacity warning). */
+  kv_tokens: number;
+  /** Models served; empty = discover from /v1/models. */
+  models: string[];
+  /** Resolved upstream key (the `env:NAME` form is resolved at load). Never logged. */
+  api_key?: string;
+  /** Engine metrics path to scrape for load signals; undefined = do not scrape. */
+  metrics?: string;
+}
+
+export interface CacheAwareConfig {
+  /** Fraction of the request's prefix that must already be cached on a replica to follow it. */
+  min_match_ratio: number;
+  /** Imbalance guard: in-flight difference (max − min) at or above which the least loaded wins. */
+  balance_abs: number;
+  /** … and the ratio max / min that must also be exceeded. */
+  balance_rel: number;
+}
+
+export interface Config {
+  /** Where the config came from (a path, or "<default>"). */
+  file: string;
+  server: {
+    listen: Listen;
+    admin_listen?: Listen;
+    max_body_bytes: number;
+    api_keys: string[];
+    log_format: LogFormat;
+    drain_timeout_ms: number;
+  };
+  routing: {
+    policy: PolicyName;
+    max_inflight: number;
+    max_attempts: number;
+    chunk_chars: number;
+    index_max_entries: number;
+    index_ttl_ms: number;
+    state_file?: string;
+    cache_aware: CacheAwareConfig;
+  };
+  health: {
+    interval_ms: number;
+    path: string;
+    timeout_ms: number;
+  };
+  replicas: ReplicaConfig[];
+}
+
+type Env = Record<string, string | undefined>;
+
+/** The schema: every known key, its default and its check. One table drives validation. */
+type Check<T> = (value: unknown) => { ok: true; value: T } | { ok: false; reason: string };
+
+const DEFAULTS = {
+  server: {
+    listen: "127.0.0.1:8080",
+    max_body: "32MiB",
+    api_keys: [] as string[],
+    log_format: "auto",
+    drain_timeout: "30s",
+  },
+  routing: {
+    policy: "hybrid",
+    max_inflight: 0,
+    max_attempts: 3,
+    chunk_chars: 1024,
+    index_max_entries: 200_000,
+    index_ttl: "1h",
+  },
+  cache_aware: { min_match_ratio: 0.5, balance_abs: 2, balance_rel: 1.5 },
+  health: { interval: "10s", path: "/health", timeout: "3s" },
+};
+
+const KNOWN: Record<string, readonly string[]> = {
+  "": ["server", "routing", "health", "replica"],
+  server: ["listen", "admin_listen", "max_body", "api_keys", "log_format", "drain_timeout"],
+  routing: [
+    "policy",
+    "max_inflight",
+    "max_attempts",
+    "chunk_chars",
+    "index_max_entries",
+    "index_ttl",
+    "state_file",
+    "cache_aware",
+  ],
+  "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
+  health: ["interval", "path", "timeout"],
+  replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics"],
+};
+
+export interface LoadOptions {
+  env?: Env;
+}
+
+/** Read and validate a config file. Throws ConfigError (exit code 2) on any problem. */
+export async function loadConfigFile(path: string, options: LoadOptions = {}): Promise<Config> {
+  const file = Bun.file(path);
+  if (!(await file.exists())) {
+    throw new ConfigError([{ file: path, key: "(file)", reason: "no such file; pass --config FILE or create ./router.toml" }]);
+  }
+  return parseConfig(await file.text(), path, options);
+}
+
+/** Parse TOML text into a Config; `file` names it in errors. Pure apart from reading `env`. */
+export function parseConfig(text: string, file: string, options: LoadOptions = {}): Config {
+  let raw: unknown;
+  try {
+    raw = parse(text);
+  } catch (error) {
+    if (error instanceof TomlError) {
+      const first = error.message.split("\n")[0]?.replace(/^Invalid TOML document: /, "") ?? "invalid TOML";
+      throw new ConfigError([{ file, line: error.line, key: "(syntax)", reason: first }], { cause: error });
+    }
+    throw error;
+  }
+  return validateConfig(raw, { file, lines: keyLines(text), env: options.env ?? process.env });
+}
+
+interface Ctx {
+  file: string;
+  lines: Map<string, number>;
+  env: Env;
+  issues: ConfigIssue[];
+}
+
+function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
+  const ctx: Ctx = { ...base, issues: [] };
+  const root = asTable(raw);
+  checkUnknown(ctx, "", root);
+
+  const server = table(ctx, root, "server");
+  const routing = table(ctx, root, "routing");
+  const cacheAware = table(ctx, routing, "cache_aware", "routing.cache_aware");
+  const health = table(ctx, root, "health");
+
+  const envPolicy = ctx.env.LLMROUTE_POLICY;
+  let policy = field(ctx, routing, "routing.policy", DEFAULTS.routing.policy, oneOf(POLICY_NAMES));
+  if (envPolicy !== undefined && envPolicy !== "") {
+    const checked = oneOf(POLICY_NAMES)(envPolicy);
+    if (checked.ok) policy = checked.value;
+    else ctx.issues.push({ file: "environment", key: "LLMROUTE_POLICY", value: envPolicy, reason: checked.reason });
+  }
+
+  const adminListen = optionalField(ctx, server, "server.admin_listen", listenAddress);
+  const stateFile = optionalField(ctx, routing, "routing.state_file", nonEmptyString);
+
+  const config: Config = {
+    file: ctx.file,
+    server: {
+      listen: field(ctx, server, "server.listen", DEFAULTS.server.listen, listenAddress),
+      ...(adminListen === undefined ? {} : { admin_listen: adminListen }),
+      max_body_bytes: field(ctx, server, "server.max_body", DEFAULTS.server.max_body, byteSize),
+      api_keys: field(ctx, server, "server.api_keys", DEFAULTS.server.api_keys, arrayOf(secret(ctx.env))),
+      log_format: field(ctx, server, "server.log_format", DEFAULTS.server.log_format, oneOf(LOG_FORMATS)),
+      drain_timeout_ms: field(ctx, server, "server.drain_timeout", DEFAULTS.server.drain_timeout, duration),
+    },
+    routing: {
+      policy,
+      max_inflight: field(ctx, routing, "routing.max_inflight", DEFAULTS.routing.max_inflight, integer(0)),
+      max_attempts: field(ctx, routing, "routing.max_attempts", DEFAULTS.routing.max_attempts, integer(1, 16)),
+      chunk_chars: field(ctx, routing, "routing.chunk_chars", DEFAULTS.routing.chunk_chars, integer(64, 1 << 20)),
+      index_max_entries: field(ctx, routing, "routing.index_max_entries", DEFAULTS.routing.index_max_entries, integer(1)),
+      index_ttl_ms: field(ctx, routing, "routing.index_ttl", DEFAULTS.routing.index_ttl, duration),
+      ...(stateFile === undefined ? {} : { state_file: stateFile }),
+      cache_aware: {
+        min_match_ratio: field(ctx, cacheAware, "routing.cache_aware.min_match_ratio", DEFAULTS.cache_aware.min_match_ratio, fraction),
+        balance_abs: field(ctx, cacheAware, "routing.cache_aware.balance_abs", DEFAULTS.cache_aware.balance_abs, integer(1)),
+        balance_rel: field(ctx, cacheAware, "routing.cache_aware.balance_rel", DEFAULTS.cache_aware.balance_rel, number(1)),
+      },
+    },
+    health: {
+      interval_ms: field(ctx, health, "health.interval", DEFAULTS.health.interval, duration),
+      path: field(ctx, health, "health.path", DEFAULTS.health.path, urlPath),
+      timeout_ms: field(ctx, health, "health.timeout", DEFAULTS.health.timeout, duration),
+    },
+    replicas: replicas(ctx, root.replica),
+  };
+
+  if (ctx.issues.length > 0) throw new ConfigError(ctx.issues);
+  return config;
+}
+
+function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
+  if (raw === undefined) {
+    ctx.issues.push({ file: ctx.file, key: "replica", reason: "at least one [[replica]] table with a name and url is required" });
+    return [];
+  }
+  if (!Array.isArray(raw)) {
+    ctx.issues.push({ file: ctx.file, line: ctx.lines.get("replica"), key: "replica", reason: "must be an array of tables: write [[replica]]" });
+    return [];
+  }
+  const seen = new Map<string, number>();
+  return raw.map((entry, i): ReplicaConfig => {
+    const prefix = `replica[${i}]`;
+    const t = asTable(entry);
+    checkUnknown(ctx, prefix, t, "replica");
+    const name = field(ctx, t, `${prefix}.name`, undefined, replicaName);
+    const url = field(ctx, t, `${prefix}.url`, undefined, httpUrl);
+    if (name !== undefined) {
+      if (seen.has(name)) {
+        ctx.issues.push({ file: ctx.file, line: ctx.lines.get(`${prefix}.name`), key: `${prefix}.name`, value: name, reason: `duplicate name (also replica[${seen.get(name)}])` });
+      }
+      seen.set(name, i);
+    }
+    const apiKey = optionalField(ctx, t, `${prefix}.api_key`, secret(ctx.env));
+    const metrics = optionalField(ctx, t, `${prefix}.metrics`, metricsPath);
+    return {
+      name: name ?? `replica${i}`,
+      url: url ?? "",
+      kv_tokens: field(ctx, t, `${prefix}.kv_tokens`, 0, integer(0)),
+      models: field(ctx, t, `${prefix}.models`, [] as string[], arrayOf(nonEmptyString)),
+      ...(apiKey === undefined ? {} : { api_key: apiKey }),
+      ...(metrics === undefined ? {} : { metrics }),
+    };
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// field helpers
+
+function asTable(value: unknown): Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value) && !(value instanceof Date)
+    ? (value as Record<string, unknown>)
+    : {};
+}
+
+function table(ctx: Ctx, parent: Record<string, unknown>, key: string, path = key): Record<string, unknown> {
+  const value = parent[key];
+  if (value === undefined) return {};
+  if (asTable(value) !== value) {
+    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path), key: path, value, reason: `must be a table: write [${path}]` });
+    return {};
+  }
+  checkUnknown(ctx, path, value as Record<string, unknown>);
+  return value as Record<string, unknown>;
+}
+
+function checkUnknown(ctx: Ctx, path: string, t: Record<string, unknown>, schemaKey = path): void {
+  const known = KNOWN[schemaKey] ?? [];
+  for (const key of Object.keys(t)) {
+    if (known.includes(key)) continue;
+    const full = path === "" ? key : `${path}.${key}`;
+    const near = nearest(key, known);
+    const hint = near === undefined ? `known keys here: ${known.join(", ")}` : `did you mean "${near}"?`;
+    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(full), key: full, reason: `unknown key; ${hint}` });
+  }
+}
+
+function field<T>(ctx: Ctx, t: Record<string, unknown>, path: string, fallback: unknown, check: Check<T>): T {
+  const key = path.slice(path.lastIndexOf(".") + 1);
+  const value = t[key] ?? fallback;
+  if (value === undefined) {
+    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path.slice(0, path.lastIndexOf("."))), key: path, reason: "is required" });
+    return undefined as T;
+  }
+  const checked = check(value);
+  if (checked.ok) return checked.value;
+  ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path), key: path, value: redact(path, value), reason: checked.reason });
+  return undefined as T;
+}
+
+function optionalField<T>(ctx: Ctx, t: Record<string, unknown>, path: string, check: Check<T>): T | undefined {
+  const key = path.slice(path.lastIndexOf(".") + 1);
+  if (t[key] === undefined) return undefined;
+  return field(ctx, t, path, undefined, check);
+}
+
+/** Secrets are never echoed back, not even in an error message. */
+function redact(path: string, value: unknown): unknown {
+  if (!/api_key/.test(path)) return value;
+  return typeof value === "string" && value.startsWith("env:") ? value : "<redacted>";
+}
+
+// ---------------------------------------------------------------------------------------
+// checks
+
+const ok = <T>(value: T) => ({ ok: true as const, value });
+const bad = (reason: string) => ({ ok: false as const, reason });
+
+function oneOf<const T extends readonly string[]>(allowed: T): Check<T[number]> {
+  return (v) => {
+    if (typeof v === "string" && (allowed as readonly string[]).includes(v)) return ok(v as T[number]);
+    const near = typeof v === "string" ? nearest(v, allowed) : undefined;
+    return bad(`must be one of ${allowed.join(" | ")}${near ? ` (did you mean "${near}"?)` : ""}`);
+  };
+}
+
+function integer(min: number, max = Number.MAX_SAFE_INTEGER): Check<number> {
+  return (v) =>
+    typeof v === "number" && Number.isInteger(v) && v >= min && v <= max
+      ? ok(v)
+      : bad(`must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? " up" : ` to ${max}`}`);
+}
+
+function number(min: number): Check<number> {
+  return (v) => (typeof v === "number" && Number.isFinite(v) && v >= min ? ok(v) : bad(`must be a number ≥ ${min}`));
+}
+
+const fraction: Check<number> = (v) =>
+  typeof v === "number" && v >= 0 && v <= 1 ? ok(v) : bad("must be a number from 0 to 1");
+
+const nonEmptyString: Check<string> = (v) =>
+  typeof v === "string" && v.trim() !== "" ? ok(v) : bad("must be a non-empty string");
+
+function arrayOf<T>(item: Check<T>): Check<T[]> {
+  return (v) => {
+    if (!Array.isArray(v)) return bad("must be an array, e.g. [\"a\", \"b\"]");
+    const out: T[] = [];
+    for (const [i, entry] of v.entries()) {
+      const checked = item(entry);
+      if (!checked.ok) return bad(`item ${i}: ${checked.reason}`);
+      out.push(checked.value);
+    }
+    return ok(out);
+  };
+}
+
+const replicaName: Check<string> = (v) =>
+  typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(v)
+    ? ok(v)
+    : bad("must be 1–64 characters of letters, digits, '.', '_' or '-' (it appears in headers and metrics)");
+
+const httpUrl: Check<string> = (v) => {
+  if (typeof v !== "string") return bad("must be a string like \"http://127.0.0.1:8001\"");
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    return bad("must be an http:// or https:// URL like \"http://127.0.0.1:8001\"");
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return bad("must be an http:// or https:// URL");
+  if (url.search || url.hash) return bad("must not carry a query or fragment");
+  return ok(v.replace(/\/+$/, ""));
+};
+
+const urlPath: Check<string> = (v) =>
+  typeof v === "string" && v.startsWith("/") ? ok(v) : bad("must be a path starting with \"/\"");
+
+const metricsPath: Check<string> = (v) => {
+  if (v === true) return ok("/metrics");
+  if (typeof v === "string" && v.startsWith("/")) return ok(v);
+  return bad("must be true (scrape /metrics) or a path starting with \"/\"");
+};
+
+function secret(env: Env): Check<string> {
+  return (v) => {
+    if (typeof v !== "string" || v === "") return bad("must be a non-empty string or \"env:NAME\"");
+    if (!v.startsWith("env:")) return ok(v);
+    const name = v.slice(4);
+    const resolved = env[name];
+    return resolved ? ok(resolved) : bad(`environment variable ${name} is not set (or empty)`);
+  };
+}
+
+/** "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:80", ":8080" (loopback), or a port number. */
+export const listenAddress: Check<Listen> = (v) => {
+  const hint = "must be \"host:port\" like \"127.0.0.1:8080\" (port 0 picks a free port)";
+  if (typeof v === "number") return Number.isInteger(v) && v >= 0 && v <= 65535 ? ok({ host: "127.0.0.1", port: v }) : bad(hint);
+  if (typeof v !== "string") return bad(hint);
+  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(v.trim());
+  if (!m) return bad(hint);
+  const port = Number(m[3]);
+  if (port > 65535) return bad(hint);
+  const host = m[1] ?? (m[2] === "" ? "127.0.0.1" : m[2]!);
+  return ok({ host, port });
+};
+
+/** "500ms", "10s", "2m", "1h", "1.5s". */
+export const duration: Check<number> = (v) => {
+  const m = typeof v === "string" ? /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v.trim()) : null;
+  if (!m) return bad("must be a duration string like \"500ms\", \"10s\", \"2m\" or \"1h\"");
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as "ms" | "s" | "m" | "h"];
+  return ok(Math.round(Number(m[1]) * unit));
+};
+
+/** "32MiB", "512KiB", "1MB", or an integer number of bytes. */
+export const byteSize: Check<number> = (v) => {
+  if (typeof v === "number" && Number.isInteger(v) && v > 0) return ok(v);
+  const m = typeof v === "string" ? /^(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?$/.exec(v.trim()) : null;
+  if (!m) return bad("must be a size like \"32MiB\", \"512KiB\" or a number of bytes");
+  const mult = { B: 1, KB: 1e3, KiB: 1024, MB: 1e6, MiB: 1 << 20, GB: 1e9, GiB: 1 << 30 }[(m[2] ?? "B") as "B"];
+  return ok(Math.round(Number(m[1]) * mult));
+};
+
+// ---------------------------------------------------------------------------------------
+// where keys are: smol-toml keeps no positions, so scan the text for headers and `key =`.
+
+/** Map dotted key paths ("server.listen", "replica[1].url", "routing") to 1-based lines. */
+export function keyLines(text: string): Map<string, number> {
+  const lines = new Map<string, number>();
+  const arrayCounts = new Map<string, number>();
+  let current = "";
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    const n = i + 1;
+    let m = /^\[\[\s*([A-Za-z0-9_.-]+)\s*\]\]/.exec(line);
+    if (m) {
+      const name = m[1]!;
+      const index = arrayCounts.get(name) ?? 0;
+      arrayCounts.set(name, index + 1);
+      current = `${name}[${index}]`;
+      if (!lines.has(name)) lines.set(name, n);
+      lines.set(current, n);
+      return;
+    }
+    m = /^\[\s*([A-Za-z0-9_.-]+)\s*\]/.exec(line);
+    if (m) {
+      current = m[1]!;
+      lines.set(current, n);
+      return;
+    }
+    m = /^([A-Za-z0-9_-]+|"[^"]*")\s*=/.exec(line);
+    if (m) {
+      const key = m[1]!.replace(/^"|"$/g, "");
+      lines.set(current === "" ? key : `${current}.${key}`, n);
+    }
+  });
+  return lines;
+}
+
+/** The known word closest to `word` by edit distance, if it is close enough to be a typo. */
+export function nearest(word: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1;
+  for (const candidate of known) {
+    const d = editDistance(word.toLowerCase(), candidate.toLowerCase());
+    if (d < bestDistance) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/** The resolved config as TOML-ish text for `llmroute check`, with secrets masked. */
+export function describeConfig(config: Config): string {
+  const listen = (l: Listen) => `${l.host.includes(":") ? `[${l.host}]` : l.host}:${l.port}`;
+  const out = [
+    `# resolved from ${config.file}`,
+    "[server]",
+    `listen = "${listen(config.server.listen)}"`,
+    ...(config.server.admin_listen ? [`admin_listen = "${listen(config.server.admin_listen)}"`] : []),
+    `max_body = ${config.server.max_body_bytes}  # bytes`,
+    `api_keys = ${config.server.api_keys.length} key(s)`,
+    `log_format = "${config.server.log_format}"`,
+    `drain_timeout = "${config.server.drain_timeout_ms}ms"`,
+    "",
+    "[routing]",
+    `policy = "${config.routing.policy}"`,
+    `max_inflight = ${config.routing.max_inflight}`,
+    `max_attempts = ${config.routing.max_attempts}`,
+    `chunk_chars = ${config.routing.chunk_chars}`,
+    `index_max_entries = ${config.routing.index_max_entries}`,
+    `index_ttl = "${config.routing.index_ttl_ms}ms"`,
+    ...(config.routing.state_file ? [`state_file = "${config.routing.state_file}"`] : []),
+    `cache_aware = { min_match_ratio = ${config.routing.cache_aware.min_match_ratio}, balance_abs = ${config.routing.cache_aware.balance_abs}, balance_rel = ${config.routing.cache_aware.balance_rel} }`,
+    "",
+    "[health]",
+    `interval = "${config.health.interval_ms}ms"`,
+    `path = "${config.health.path}"`,
+    `timeout = "${config.health.timeout_ms}ms"`,
+  ];
+  for (const r of config.replicas) {
+    out.push(
+      "",
+      "[[replica]]",
+      `name = "${r.name}"`,
+      `url = "${r.url}"`,
+      `kv_tokens = ${r.kv_tokens}`,
+      `models = ${r.models.length ? JSON.stringify(r.models) : "[]  # discovered from /v1/models"}`,
+      ...(r.api_key ? ["api_key = \"<set>\""] : []),
+      ...(r.metrics ? [`metrics = "${r.metrics}"`] : []),
+    );
+  }
+  return out.join("\n");
+}
