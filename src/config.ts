@@ -7,6 +7,7 @@
  */
 import { parse, TomlError } from "smol-toml";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
+import { DEFAULT_CACHE_AWARE } from "./route/defaults.ts";
 
 export const POLICY_NAMES = ["roundrobin", "random", "least-loaded", "affinity", "hybrid", "cache-aware"] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
@@ -92,7 +93,7 @@ const DEFAULTS = {
     index_max_entries: 200_000,
     index_ttl: "1h",
   },
-  cache_aware: { min_match_ratio: 0.5, balance_abs: 2, balance_rel: 1.5 },
+  cache_aware: DEFAULT_CACHE_AWARE,
   health: { interval: "10s", path: "/health", timeout: "3s" },
 };
 

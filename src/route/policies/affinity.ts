@@ -1,0 +1,31 @@
+/**
+ * affinity — every request to the owner of its longest known prefix; an unknown prefix is
+ * placed by rendezvous hashing of its first link, so adding or removing a replica moves
+ * only that replica's share (SageMaker's PREFIX_AWARE with stable scaling).
+ * Maximises cache hits, and pays for it on bursts that share a first segment (a system
+ * prompt): they all land on one card (seed: 30.1 s pinned vs 18.6 s spread).
+ */
+import { bestMatch, live, type Policy } from "../policy.ts";
+
+export function createAffinity(): Policy {
+  return {
+    name: "affinity",
+    choose(input, replicas, ctx) {
+      const owner = bestMatch(replicas, ctx);
+      if (owner) return { replica: owner.replica.name, reason: "pin" };
+      const up = live(replicas);
+      if (up.length === 0) return undefined;
+      const key = input.chain.hashes[0] ?? `${input.shape.tenant}\u001f${input.shape.model ?? ""}`;
+      let winner = up[0]!;
+      let top = "";
+      for (const r of up) {
+        const score = ctx.hash(`${key}\u001f${r.name}`);
+        if (score > top) {
+          top = score;
+          winner = r;
+        }
+      }
+      return { replica: winner.name, reason: "hash" };
+    },
+  };
+}

@@ -1,0 +1,163 @@
+/**
+ * Request body → RequestShape: what the router needs to decide, read once from the parsed
+ * JSON. The client's bytes are forwarded untouched; nothing here re-serialises a request.
+ *
+ * Segments are canonical: object keys sorted, text-only content arrays joined, so two
+ * requests that differ only in JSON whitespace, key order or content-part packaging have
+ * the same identity.
+ */
+
+export type Endpoint = "chat" | "completions" | "embeddings" | "responses" | "messages" | "other";
+
+export interface RequestShape {
+  endpoint: Endpoint;
+  model?: string;
+  stream: boolean;
+  /** Isolation key: header x-llmroute-tenant, body prompt_cache_key, body cache_salt. "" if none. */
+  tenant: string;
+  /** Canonical prompt segments in prompt order (tools, system, then each message / item). */
+  segments: string[];
+  /** Carries an earlier turn: an assistant/tool message, a tool result, or previous_response_id. */
+  continuation: boolean;
+  previousResponseId?: string;
+}
+
+const ENDPOINTS: Record<string, Endpoint> = {
+  "/v1/chat/completions": "chat",
+  "/v1/completions": "completions",
+  "/v1/embeddings": "embeddings",
+  "/v1/responses": "responses",
+  "/v1/messages": "messages",
+};
+
+export function endpointOf(path: string): Endpoint {
+  return ENDPOINTS[path] ?? "other";
+}
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type Obj = { [key: string]: Json };
+
+const SEP = "\u001e";
+
+export function shapeOf(endpoint: Endpoint, body: unknown, tenantHeader?: string | null): RequestShape {
+  const b: Obj = isObject(body) ? body : {};
+  const tenant = [tenantHeader ?? "", str(b.prompt_cache_key), str(b.cache_salt)].join("\u001f").replace(/^\u001f+$/, "");
+  const segments: string[] = [];
+  let continuation = false;
+  let previousResponseId: string | undefined;
+
+  if (b.tools !== undefined && b.tools !== null) segments.push(`tools${SEP}${canonical(b.tools)}`);
+
+  switch (endpoint) {
+    case "chat":
+      for (const m of arr(b.messages)) {
+        if (!isObject(m)) continue;
+        const role = str(m.role);
+        if (role === "assistant" || role === "tool" || role === "function") continuation = true;
+        segments.push(message(role, m.content, m, ["name", "tool_calls", "tool_call_id", "function_call"]));
+      }
+      break;
+    case "messages":
+      if (b.system !== undefined && b.system !== null) segments.push(`system${SEP}${content(b.system)}`);
+      for (const m of arr(b.messages)) {
+        if (!isObject(m)) continue;
+        const role = str(m.role);
+        if (role === "assistant") continuation = true;
+        if (arr(m.content).some((p) => isObject(p) && p.type === "tool_result")) continuation = true;
+        segments.push(message(role, m.content, m, []));
+      }
+      break;
+    case "responses": {
+      previousResponseId = str(b.previous_response_id) || undefined;
+      if (previousResponseId) continuation = true;
+      if (b.instructions !== undefined && b.instructions !== null) segments.push(`system${SEP}${content(b.instructions)}`);
+      if (typeof b.input === "string") segments.push(`user${SEP}${b.input}`);
+      for (const item of arr(b.input)) {
+        if (!isObject(item)) continue;
+        const role = str(item.role);
+        const type = str(item.type);
+        if (role === "assistant" || /(_call|_call_output|^reasoning)$/.test(type)) continuation = true;
+        if (role !== "") segments.push(message(role, item.content, item, []));
+        else segments.push(canonical(item));
+      }
+      break;
+    }
+    case "completions":
+      pushPrompts(segments, b.prompt);
+      break;
+    case "embeddings":
+      pushPrompts(segments, b.input);
+      break;
+    case "other":
+      break;
+  }
+
+  return {
+    endpoint,
+    ...(typeof b.model === "string" ? { model: b.model } : {}),
+    stream: b.stream === true,
+    tenant,
+    segments,
+    continuation,
+    ...(previousResponseId ? { previousResponseId } : {}),
+  };
+}
+
+function pushPrompts(segments: string[], prompt: Json | undefined): void {
+  if (typeof prompt === "string") segments.push(prompt);
+  else if (Array.isArray(prompt)) {
+    // An array of numbers is one tokenised prompt; an array of strings/arrays is a batch.
+    if (prompt.every((p) => typeof p === "number")) segments.push(canonical(prompt));
+    else for (const p of prompt) segments.push(typeof p === "string" ? p : canonical(p));
+  }
+}
+
+function message(role: string, body: Json | undefined, m: Obj, extra: string[]): string {
+  let out = `${role}${SEP}${content(body)}`;
+  for (const key of extra) {
+    if (m[key] !== undefined && m[key] !== null) out += `${SEP}${key}=${canonical(m[key]!)}`;
+  }
+  return out;
+}
+
+const TEXT_PARTS = new Set(["text", "input_text", "output_text"]);
+
+/** Message content as text: strings as-is, text parts joined, other parts canonical JSON. */
+function content(value: Json | undefined): string {
+  if (value === undefined || value === null) return "";
+  if (typeof value === "string") return value;
+  if (!Array.isArray(value)) return canonical(value);
+  let out = "";
+  for (const part of value) {
+    if (typeof part === "string") out += part;
+    else if (isObject(part) && TEXT_PARTS.has(str(part.type)) && typeof part.text === "string") out += part.text;
+    else if (isObject(part) && part.type === "tool_result") {
+      out += `${SEP}tool_result=${str(part.tool_use_id)}${SEP}${content(part.content)}`;
+    } else if (isObject(part)) {
+      // cache_control and similar hints do not change the prompt the engine sees.
+      const { cache_control: _ignored, ...rest } = part;
+      out += `${SEP}${canonical(rest)}`;
+    }
+  }
+  return out;
+}
+
+/** JSON with object keys sorted at every level: independent of key order and whitespace. */
+export function canonical(value: Json): string {
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  const keys = Object.keys(value).sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k]!)}`).join(",")}}`;
+}
+
+function isObject(v: unknown): v is Obj {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+function arr(v: Json | undefined): Json[] {
+  return Array.isArray(v) ? v : [];
+}
+
+function str(v: Json | undefined): string {
+  return typeof v === "string" ? v : "";
+}

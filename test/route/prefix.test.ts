@@ -1,0 +1,104 @@
+import { describe, expect, it } from "bun:test";
+import { PrefixIndex, prefixChain } from "../../src/route/prefix.ts";
+import { chat, hasher, input } from "./_fixtures.ts";
+
+const index = (maxEntries = 1000, ttlMs = 60_000) => new PrefixIndex({ maxEntries, ttlMs });
+
+describe("prefixChain", () => {
+  it("one link per message, and long segments cut every chunk", () => {
+    const req = chat([
+      { role: "system", content: "s" },
+      { role: "user", content: "x".repeat(2500) },
+    ]);
+    // system: 1 link; user: "user␞" + 2500 chars = 2505 chars → 3 chunks of 1024
+    expect(req.chain.hashes).toHaveLength(4);
+    expect(req.chain.ends.at(-1)).toBe("system\u001es".length + "user\u001e".length + 2500);
+  });
+
+  it("two requests share exactly the links of their shared messages", () => {
+    const a = chat([{ role: "system", content: "s" }, { role: "user", content: "a" }]);
+    const b = chat([{ role: "system", content: "s" }, { role: "user", content: "b" }]);
+    expect(a.chain.hashes[0]).toBe(b.chain.hashes[0]!);
+    expect(a.chain.hashes[1]).not.toBe(b.chain.hashes[1]!);
+  });
+
+  it("a message split across two messages is not the same prompt as one message", () => {
+    const shape = { tenant: "", model: "m" };
+    const one = prefixChain({ ...shape, segments: ["ab"] }, hasher, 1);
+    const two = prefixChain({ ...shape, segments: ["a", "b"] }, hasher, 1);
+    expect(one.hashes.at(-1)).not.toBe(two.hashes.at(-1)!);
+  });
+
+  it("tenant and model separate identical text", () => {
+    const body = { model: "m", messages: [{ role: "user", content: "q" }] };
+    const plain = input("/v1/chat/completions", body);
+    expect(input("/v1/chat/completions", body, "team-b").chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
+    expect(input("/v1/chat/completions", { ...body, prompt_cache_key: "k" }).chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
+    expect(input("/v1/chat/completions", { ...body, model: "other" }).chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
+  });
+});
+
+describe("PrefixIndex", () => {
+  const turn1 = chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]);
+  const turn2 = chat([
+    { role: "system", content: "tiny" },
+    { role: "user", content: "hi" },
+    { role: "assistant", content: "hello" },
+    { role: "user", content: "more" },
+  ]);
+
+  it("finds the longest prefix a replica holds, even a tiny one", () => {
+    const idx = index();
+    idx.record(turn1.chain, "gpu1", 1);
+    expect(idx.match(turn2.chain, "gpu1")).toMatchObject({ depth: 2, chars: turn1.chain.ends[1] });
+    expect(idx.match(turn2.chain, "gpu0")).toMatchObject({ depth: 0, chars: 0 });
+  });
+
+  it("counts a shared prefix once in a replica's working set", () => {
+    const idx = index();
+    const a = chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "a" }]);
+    const b = chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "b" }]);
+    idx.record(a.chain, "gpu0", 1);
+    idx.record(b.chain, "gpu0", 2);
+    const tail = "user\u001ea".length;
+    expect(idx.workingSetChars("gpu0")).toBe(a.chain.ends.at(-1)! + tail);
+  });
+
+  it("evicts idle entries after the TTL and keeps recently used ones", () => {
+    const idx = index(1000, 100);
+    idx.record(turn1.chain, "gpu0", 0);
+    idx.record(turn2.chain, "gpu1", 50);
+    expect(idx.evict(120)).toBe(turn1.chain.hashes.length);
+    expect(idx.match(turn1.chain, "gpu0").depth).toBe(0);
+    expect(idx.match(turn2.chain, "gpu1").depth).toBe(4);
+    expect(idx.workingSetChars("gpu0")).toBe(0);
+  });
+
+  it("is bounded: the least recently used links go first, deepest before their parents", () => {
+    const idx = index(4);
+    idx.record(turn2.chain, "gpu0", 1); // 4 links
+    idx.record(turn1.chain, "gpu1", 2); // 2 more → the 2 oldest of gpu0 (its deepest) go
+    expect(idx.size).toBe(4);
+    expect(idx.match(turn2.chain, "gpu0").depth).toBe(2);
+    expect(idx.match(turn1.chain, "gpu1").depth).toBe(2);
+  });
+
+  it("forget drops a replica's entries and working set", () => {
+    const idx = index();
+    idx.record(turn2.chain, "gpu0", 1);
+    idx.forget("gpu0");
+    expect(idx.size).toBe(0);
+    expect(idx.workingSetChars("gpu0")).toBe(0);
+  });
+
+  it("save/restore round-trips, skipping replicas that left", () => {
+    const idx = index();
+    idx.record(turn2.chain, "gpu0", 1);
+    idx.record(turn1.chain, "gpu1", 2);
+    const copy = index();
+    expect(copy.restore(idx.save(), (r) => r === "gpu0")).toBe(4);
+    expect(copy.match(turn2.chain, "gpu0").depth).toBe(4);
+    expect(copy.match(turn1.chain, "gpu1").depth).toBe(0);
+    expect(copy.workingSetChars("gpu0")).toBe(idx.workingSetChars("gpu0"));
+  });
+});
