@@ -32,6 +32,8 @@ export interface ReplicaConfig {
   api_key?: string;
   /** Engine metrics path to scrape for load signals; undefined = do not scrape. */
   metrics?: string;
+  /** Overrides health.path for this replica (Ollama has no /health: use "/api/version"). */
+  health_path?: string;
 }
 
 export interface CacheAwareConfig {
@@ -112,11 +114,13 @@ const KNOWN: Record<string, readonly string[]> = {
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
   health: ["interval", "path", "timeout"],
-  replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics"],
+  replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics", "health_path"],
 };
 
 export interface LoadOptions {
   env?: Env;
+  /** Values that replace the file's (CLI flags), by dotted key, validated like the file's. */
+  overrides?: Record<string, unknown>;
 }
 
 /** Read and validate a config file. Throws ConfigError (exit code 2) on any problem. */
@@ -140,7 +144,18 @@ export function parseConfig(text: string, file: string, options: LoadOptions = {
     }
     throw error;
   }
+  for (const [path, value] of Object.entries(options.overrides ?? {})) setPath(raw, path, value);
   return validateConfig(raw, { file, lines: keyLines(text), env: options.env ?? process.env });
+}
+
+function setPath(root: unknown, path: string, value: unknown): void {
+  const keys = path.split(".");
+  let t = root as Record<string, unknown>;
+  for (const k of keys.slice(0, -1)) {
+    if (asTable(t[k]) !== t[k]) t[k] = {};
+    t = t[k] as Record<string, unknown>;
+  }
+  t[keys.at(-1)!] = value;
 }
 
 interface Ctx {
@@ -231,6 +246,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
     }
     const apiKey = optionalField(ctx, t, `${prefix}.api_key`, secret(ctx.env));
     const metrics = optionalField(ctx, t, `${prefix}.metrics`, metricsPath);
+    const healthPath = optionalField(ctx, t, `${prefix}.health_path`, urlPath);
     return {
       name: name ?? `replica${i}`,
       url: url ?? "",
@@ -238,6 +254,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
       models: field(ctx, t, `${prefix}.models`, [] as string[], arrayOf(nonEmptyString)),
       ...(apiKey === undefined ? {} : { api_key: apiKey }),
       ...(metrics === undefined ? {} : { metrics }),
+      ...(healthPath === undefined ? {} : { health_path: healthPath }),
     };
   });
 }
@@ -474,15 +491,16 @@ function editDistance(a: string, b: string): number {
 /** The resolved config as TOML-ish text for `llmroute check`, with secrets masked. */
 export function describeConfig(config: Config): string {
   const listen = (l: Listen) => `${l.host.includes(":") ? `[${l.host}]` : l.host}:${l.port}`;
+  const ms = (n: number) => (n % 3_600_000 === 0 ? `${n / 3_600_000}h` : n % 60_000 === 0 ? `${n / 60_000}m` : n % 1000 === 0 ? `${n / 1000}s` : `${n}ms`);
   const out = [
     `# resolved from ${config.file}`,
     "[server]",
     `listen = "${listen(config.server.listen)}"`,
     ...(config.server.admin_listen ? [`admin_listen = "${listen(config.server.admin_listen)}"`] : []),
     `max_body = ${config.server.max_body_bytes}  # bytes`,
-    `api_keys = ${config.server.api_keys.length} key(s)`,
+    `api_keys = []  # ${config.server.api_keys.length} key(s) set, values hidden`,
     `log_format = "${config.server.log_format}"`,
-    `drain_timeout = "${config.server.drain_timeout_ms}ms"`,
+    `drain_timeout = "${ms(config.server.drain_timeout_ms)}"`,
     "",
     "[routing]",
     `policy = "${config.routing.policy}"`,
@@ -490,14 +508,14 @@ export function describeConfig(config: Config): string {
     `max_attempts = ${config.routing.max_attempts}`,
     `chunk_chars = ${config.routing.chunk_chars}`,
     `index_max_entries = ${config.routing.index_max_entries}`,
-    `index_ttl = "${config.routing.index_ttl_ms}ms"`,
+    `index_ttl = "${ms(config.routing.index_ttl_ms)}"`,
     ...(config.routing.state_file ? [`state_file = "${config.routing.state_file}"`] : []),
     `cache_aware = { min_match_ratio = ${config.routing.cache_aware.min_match_ratio}, balance_abs = ${config.routing.cache_aware.balance_abs}, balance_rel = ${config.routing.cache_aware.balance_rel} }`,
     "",
     "[health]",
-    `interval = "${config.health.interval_ms}ms"`,
+    `interval = "${ms(config.health.interval_ms)}"`,
     `path = "${config.health.path}"`,
-    `timeout = "${config.health.timeout_ms}ms"`,
+    `timeout = "${ms(config.health.timeout_ms)}"`,
   ];
   for (const r of config.replicas) {
     out.push(
@@ -507,8 +525,9 @@ export function describeConfig(config: Config): string {
       `url = "${r.url}"`,
       `kv_tokens = ${r.kv_tokens}`,
       `models = ${r.models.length ? JSON.stringify(r.models) : "[]  # discovered from /v1/models"}`,
-      ...(r.api_key ? ["api_key = \"<set>\""] : []),
+      ...(r.api_key ? ["api_key = \"<set, hidden>\""] : []),
       ...(r.metrics ? [`metrics = "${r.metrics}"`] : []),
+      ...(r.health_path ? [`health_path = "${r.health_path}"`] : []),
     );
   }
   return out.join("\n");

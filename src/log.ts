@@ -1,0 +1,65 @@
+/**
+ * The router's log: one line per event, human on a TTY, JSON lines for journald/Loki.
+ * Fields are explicit key/values chosen by the caller; prompts and secrets never reach it.
+ * The sink is injectable so tests read lines from an array.
+ */
+import type { LogFormat } from "./config.ts";
+
+export type Level = "debug" | "info" | "warn" | "error";
+export type Fields = Record<string, string | number | boolean | undefined | null>;
+
+export interface Log {
+  debug(msg: string, fields?: Fields): void;
+  info(msg: string, fields?: Fields): void;
+  warn(msg: string, fields?: Fields): void;
+  error(msg: string, fields?: Fields): void;
+}
+
+export interface LogOptions {
+  format: LogFormat;
+  /** Where lines go; default stderr. */
+  write?: (line: string) => void;
+  isTTY?: boolean;
+  debug?: boolean;
+  now?: () => Date;
+}
+
+const COLOURS: Record<Level, string> = { debug: "\x1b[90m", info: "\x1b[36m", warn: "\x1b[33m", error: "\x1b[31m" };
+
+export function createLog(options: LogOptions): Log {
+  const write = options.write ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const tty = options.isTTY ?? Boolean(process.stderr.isTTY);
+  const json = options.format === "json" || (options.format === "auto" && !tty);
+  const colour = tty && !process.env.NO_COLOR;
+  const now = options.now ?? (() => new Date());
+
+  const emit = (level: Level, msg: string, fields: Fields = {}) => {
+    if (level === "debug" && !options.debug) return;
+    if (json) {
+      const record: Record<string, unknown> = { time: now().toISOString(), level, msg };
+      for (const [k, v] of Object.entries(fields)) if (v !== undefined && v !== null) record[k] = v;
+      write(JSON.stringify(record));
+      return;
+    }
+    const parts = Object.entries(fields)
+      .filter(([, v]) => v !== undefined && v !== null && v !== "")
+      .map(([k, v]) => `${k}=${typeof v === "string" && /\s/.test(v) ? JSON.stringify(v) : v}`);
+    const time = now().toISOString().slice(11, 23);
+    const tag = colour ? `${COLOURS[level]}${level.padEnd(5)}\x1b[0m` : level.padEnd(5);
+    write(`${time} ${tag} ${msg}${parts.length ? ` ${parts.join(" ")}` : ""}`);
+  };
+
+  return {
+    debug: (msg, fields) => emit("debug", msg, fields),
+    info: (msg, fields) => emit("info", msg, fields),
+    warn: (msg, fields) => emit("warn", msg, fields),
+    error: (msg, fields) => emit("error", msg, fields),
+  };
+}
+
+/** A log that keeps records in memory (tests, and the bench which prints its own tables). */
+export function memoryLog(): Log & { records: { level: Level; msg: string; fields: Fields }[] } {
+  const records: { level: Level; msg: string; fields: Fields }[] = [];
+  const push = (level: Level) => (msg: string, fields: Fields = {}) => records.push({ level, msg, fields });
+  return { records, debug: push("debug"), info: push("info"), warn: push("warn"), error: push("error") };
+}

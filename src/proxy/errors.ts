@@ -1,0 +1,48 @@
+/**
+ * Errors in the API's own JSON, so official clients surface them properly: OpenAI's
+ * `{"error":{message,type,param,code}}` (code = HTTP status, as vLLM does), and
+ * Anthropic's `{"type":"error","error":{type,message}}` on /v1/messages.
+ */
+import type { Endpoint } from "../route/shape.ts";
+
+const OPENAI_TYPES: Record<number, string> = {
+  400: "BadRequestError",
+  401: "AuthenticationError",
+  404: "NotFoundError",
+  405: "BadRequestError",
+  413: "BadRequestError",
+  502: "UpstreamError",
+  503: "ServiceUnavailableError",
+};
+
+const ANTHROPIC_TYPES: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  404: "not_found_error",
+  405: "invalid_request_error",
+  413: "request_too_large",
+  502: "api_error",
+  503: "overloaded_error",
+};
+
+export function errorBody(endpoint: Endpoint, status: number, message: string, param: string | null = null): unknown {
+  if (endpoint === "messages") {
+    return { type: "error", error: { type: ANTHROPIC_TYPES[status] ?? "api_error", message } };
+  }
+  return { error: { message, type: OPENAI_TYPES[status] ?? "Error", param, code: status } };
+}
+
+export function errorResponse(
+  endpoint: Endpoint,
+  status: number,
+  message: string,
+  options: { param?: string; headers?: Record<string, string> } = {},
+): Response {
+  return Response.json(errorBody(endpoint, status, message, options.param ?? null), { status, headers: options.headers });
+}
+
+/** The event that ends a stream whose upstream failed after bytes were sent. */
+export function streamErrorEvent(endpoint: Endpoint, message: string): string {
+  const body = JSON.stringify(errorBody(endpoint, 502, message));
+  return endpoint === "messages" ? `event: error\ndata: ${body}\n\n` : `data: ${body}\n\n`;
+}

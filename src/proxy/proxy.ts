@@ -1,0 +1,305 @@
+/**
+ * The proxy flow, in one place: read the body once (bounded), decide, forward the client's
+ * original bytes, fail over only before the first byte reaches the client, relay the
+ * stream unbuffered while tapping usage on the side, and abort upstream when the client
+ * goes away. `fetch` and the clock are injected; Bun.serve lives in server.ts.
+ */
+import type { Config } from "../config.ts";
+import { authHeaders, describeFetchError, type FetchLike, type Fleet, type Replica } from "../fleet/fleet.ts";
+import type { Log } from "../log.ts";
+import type { Hasher } from "../route/hash.ts";
+import type { ReplicaView } from "../route/policy.ts";
+import { prefixChain, type PrefixChain } from "../route/prefix.ts";
+import type { Router } from "../route/router.ts";
+import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
+import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, RETRYABLE_STATUS } from "./_constants.ts";
+import { errorResponse, streamErrorEvent } from "./errors.ts";
+import { ResponseTap, type TapResult } from "./tap.ts";
+
+/** What happened to one request, for the log line and the metrics. */
+export interface RequestRecord {
+  endpoint: Endpoint;
+  model?: string;
+  replica?: string;
+  route?: string;
+  status: number;
+  stream: boolean;
+  outcome: "ok" | "client_cancelled" | "upstream_error" | "rejected" | "no_replica";
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
+  ttftMs?: number;
+  totalMs: number;
+  failovers: number;
+}
+
+export interface ProxyDeps {
+  config: Pick<Config, "server" | "routing">;
+  fleet: Fleet;
+  router: Router;
+  hasher: Hasher;
+  log: Log;
+  fetch?: FetchLike;
+  now?: () => number;
+  /** Called once per finished request (metrics). */
+  onRecord?: (record: RequestRecord) => void;
+}
+
+export interface Proxy {
+  /** Handle a /v1/* request. */
+  forward(req: Request, url: URL): Promise<Response>;
+}
+
+const EMPTY_CHAIN: PrefixChain = { hashes: [], ends: [] };
+
+type Attempt =
+  | { kind: "response"; response: Response }
+  | { kind: "failed"; reason: string }
+  | { kind: "client-gone" };
+
+export function createProxy(deps: ProxyDeps): Proxy {
+  const { fleet, router, hasher, log } = deps;
+  const upstreamFetch = deps.fetch ?? fetch;
+  const now = deps.now ?? (() => performance.now());
+
+  const record = (r: RequestRecord) => {
+    deps.onRecord?.(r);
+    log.info("request", {
+      endpoint: r.endpoint,
+      model: r.model,
+      replica: r.replica,
+      route: r.route,
+      status: r.status,
+      outcome: r.outcome === "ok" ? undefined : r.outcome,
+      prompt_tokens: r.promptTokens,
+      cached_tokens: r.cachedTokens,
+      ttft_ms: r.ttftMs === undefined ? undefined : Math.round(r.ttftMs),
+      total_ms: Math.round(r.totalMs),
+    });
+  };
+
+  async function forward(req: Request, url: URL): Promise<Response> {
+    const started = now();
+    const endpoint = endpointOf(url.pathname);
+    const reject = (status: number, message: string, param?: string) => {
+      record({ endpoint, status, stream: false, outcome: "rejected", totalMs: now() - started, failovers: 0 });
+      return errorResponse(endpoint, status, message, { param });
+    };
+
+    if (endpoint !== "other" && req.method !== "POST") return reject(405, `${url.pathname} takes POST`);
+
+    const bytes = await readBody(req, deps.config.server.max_body_bytes);
+    if (bytes === "too-large") {
+      return reject(413, `request body is larger than server.max_body (${deps.config.server.max_body_bytes} bytes)`);
+    }
+
+    let body: unknown;
+    if (endpoint !== "other") {
+      try {
+        body = JSON.parse(new TextDecoder().decode(bytes));
+      } catch (error) {
+        return reject(400, `request body is not valid JSON: ${(error as Error).message}`);
+      }
+      if (!body || typeof body !== "object" || Array.isArray(body)) return reject(400, "request body must be a JSON object");
+    }
+
+    const shape = shapeOf(endpoint, body, req.headers.get("x-llmroute-tenant"));
+    const pool = fleet.pool(shape.model);
+    if (shape.model !== undefined && pool.length === 0) {
+      return reject(404, `The model \`${shape.model}\` does not exist on any replica.`, "model");
+    }
+    const chain = endpoint === "other" ? EMPTY_CHAIN : prefixChain(shape, hasher, deps.config.routing.chunk_chars);
+    const input = { shape, chain };
+
+    const tried = new Set<string>();
+    const failures: string[] = [];
+    for (let attempt = 0; attempt < deps.config.routing.max_attempts; attempt++) {
+      const views: ReplicaView[] = pool.map((r) => {
+        const view = r.view(router.index.workingSetChars(r.name));
+        if (tried.has(r.name)) view.healthy = false;
+        return view;
+      });
+      const decision = router.route(input, views);
+      if (!decision) break;
+      const replica = fleet.byName(decision.replica)!;
+      router.commit(input, decision, Date.now());
+      tried.add(replica.name);
+      const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
+
+      const result = await attemptUpstream(req, url, bytes, replica, route, { shape, chain, started, failovers: attempt });
+      if (result.kind === "response") return result.response;
+      if (result.kind === "client-gone") {
+        record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
+        return new Response(null, { status: 499 });
+      }
+      replica.failovers++;
+      fleet.demote(replica, result.reason);
+      failures.push(`${replica.name}: ${result.reason}`);
+      log.warn("failover", { replica: replica.name, reason: result.reason, attempt: attempt + 1 });
+    }
+
+    const message =
+      failures.length > 0
+        ? `no replica could serve the request (${failures.join("; ")})`
+        : `no healthy replica${shape.model ? ` serves model \`${shape.model}\`` : ""}`;
+    record({ endpoint, model: shape.model, status: 503, stream: shape.stream, outcome: "no_replica", totalMs: now() - started, failovers: failures.length });
+    return errorResponse(endpoint, 503, message, { headers: { "retry-after": "1" } });
+  }
+
+  async function attemptUpstream(
+    req: Request,
+    url: URL,
+    bytes: Uint8Array,
+    replica: Replica,
+    route: string,
+    ctx: { shape: RequestShape; chain: PrefixChain; started: number; failovers: number },
+  ): Promise<Attempt> {
+    const upstream = new AbortController();
+    const onClientAbort = () => upstream.abort();
+    req.signal.addEventListener("abort", onClientAbort, { once: true });
+    const release = () => req.signal.removeEventListener("abort", onClientAbort);
+    replica.inflight++;
+
+    const fail = (reason: string): Attempt => {
+      replica.inflight--;
+      release();
+      return req.signal.aborted ? { kind: "client-gone" } : { kind: "failed", reason };
+    };
+
+    let res: Response;
+    try {
+      res = await upstreamFetch(`${replica.config.url}${url.pathname}${url.search}`, {
+        method: req.method,
+        headers: upstreamHeaders(req.headers, replica, ctx.shape.endpoint),
+        body: req.method === "GET" || req.method === "HEAD" ? undefined : bytes,
+        signal: upstream.signal,
+        redirect: "manual",
+        // A cold prefill can keep a socket silent for minutes; the client decides when to give up.
+        timeout: false,
+      });
+    } catch (error) {
+      return fail(describeFetchError(error));
+    }
+    if (RETRYABLE_STATUS.has(res.status)) {
+      await res.body?.cancel().catch(() => {});
+      return fail(`HTTP ${res.status}`);
+    }
+
+    // Wait for the first chunk before answering: until then a failure can still fail over.
+    const reader = res.body?.getReader();
+    let first: { done: boolean; value?: Uint8Array } | undefined;
+    if (reader) {
+      try {
+        first = await reader.read();
+      } catch (error) {
+        return fail(`${describeFetchError(error)} before the first byte`);
+      }
+    }
+    const ttftMs = now() - ctx.started;
+
+    const headers = new Headers();
+    res.headers.forEach((value, key) => {
+      if (!DROP_RESPONSE_HEADERS.has(key)) headers.append(key, value);
+    });
+    headers.set("x-llmroute-replica", replica.name);
+    headers.set("x-llmroute-route", route);
+
+    const tap = new ResponseTap(res.headers.get("content-type"));
+    const isSse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
+    let finished = false;
+    const finish = (outcome: RequestRecord["outcome"]) => {
+      if (finished) return;
+      finished = true;
+      release();
+      replica.inflight--;
+      if (outcome === "ok") replica.served++;
+      const usage: TapResult = tap.finish();
+      if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
+      if (usage.promptTokens && ctx.chain.ends.length > 0) replica.observeTokens(ctx.chain.ends.at(-1)!, usage.promptTokens);
+      record({
+        endpoint: ctx.shape.endpoint,
+        model: ctx.shape.model,
+        replica: replica.name,
+        route,
+        status: res.status,
+        stream: ctx.shape.stream,
+        outcome,
+        promptTokens: usage.promptTokens,
+        cachedTokens: usage.cachedTokens,
+        completionTokens: usage.completionTokens,
+        ttftMs: ctx.shape.stream ? ttftMs : undefined,
+        totalMs: now() - ctx.started,
+        failovers: ctx.failovers,
+      });
+    };
+
+    if (!reader || first?.done) {
+      finish("ok");
+      return { kind: "response", response: new Response(null, { status: res.status, headers }) };
+    }
+
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        tap.push(first!.value!);
+        controller.enqueue(first!.value!);
+      },
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) {
+            finish("ok");
+            controller.close();
+            return;
+          }
+          tap.push(value);
+          controller.enqueue(value);
+        } catch (error) {
+          if (req.signal.aborted || finished) return;
+          // Bytes already reached the client: never retry. End the stream with an error.
+          const reason = `${describeFetchError(error)} after the response started`;
+          fleet.demote(replica, reason);
+          log.warn("upstream failed mid-response", { replica: replica.name, reason });
+          finish("upstream_error");
+          if (isSse) {
+            controller.enqueue(new TextEncoder().encode(streamErrorEvent(ctx.shape.endpoint, `replica ${replica.name} failed mid-stream: ${reason}`)));
+            controller.close();
+          } else controller.error(error);
+        }
+      },
+      cancel() {
+        // The client went away: stop the engine's work so it frees the KV.
+        upstream.abort();
+        reader.cancel().catch(() => {});
+        finish("client_cancelled");
+      },
+    });
+    return { kind: "response", response: new Response(body, { status: res.status, headers }) };
+  }
+
+  return { forward };
+}
+
+function upstreamHeaders(incoming: Headers, replica: Replica, endpoint: Endpoint): Headers {
+  const headers = new Headers();
+  incoming.forEach((value, key) => {
+    if (!DROP_REQUEST_HEADERS.has(key)) headers.append(key, value);
+  });
+  for (const [k, v] of Object.entries(authHeaders(replica.config))) headers.set(k, v);
+  if (endpoint === "messages" && replica.config.api_key) headers.set("x-api-key", replica.config.api_key);
+  return headers;
+}
+
+/** The body, or "too-large" as soon as it passes `limit` bytes (without reading the rest). */
+async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-large"> {
+  const declared = Number(req.headers.get("content-length") ?? NaN);
+  if (declared > limit) return "too-large";
+  if (!req.body) return new Uint8Array();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of req.body) {
+    total += chunk.byteLength;
+    if (total > limit) return "too-large";
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}

@@ -1,0 +1,111 @@
+/**
+ * Reads a relayed response on the side, without holding it up: time to first byte, the
+ * final usage (cached tokens included) and a Responses API id. SSE is scanned line by line
+ * and only lines that can carry usage or an id are parsed; a JSON body is parsed once at
+ * the end (up to a cap).
+ */
+
+export interface Usage {
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
+}
+
+export interface TapResult extends Usage {
+  responseId?: string;
+}
+
+const JSON_CAP = 8 << 20;
+
+export class ResponseTap {
+  readonly result: TapResult = {};
+  private readonly decoder = new TextDecoder();
+  private buffered = "";
+  private size = 0;
+  private readonly sse: boolean;
+  private readonly json: boolean;
+
+  constructor(contentType: string | null) {
+    this.sse = (contentType ?? "").includes("text/event-stream");
+    this.json = (contentType ?? "").includes("json");
+  }
+
+  push(chunk: Uint8Array): void {
+    if (!this.sse && !this.json) return;
+    this.size += chunk.byteLength;
+    if (this.json) {
+      if (this.size <= JSON_CAP) this.buffered += this.decoder.decode(chunk, { stream: true });
+      return;
+    }
+    this.buffered += this.decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = this.buffered.indexOf("\n")) >= 0) {
+      this.line(this.buffered.slice(0, nl));
+      this.buffered = this.buffered.slice(nl + 1);
+    }
+  }
+
+  finish(): TapResult {
+    if (this.json && this.size <= JSON_CAP) {
+      this.buffered += this.decoder.decode();
+      try {
+        this.absorb(JSON.parse(this.buffered));
+      } catch {
+        // not JSON after all (or cut off): no usage to report
+      }
+    } else if (this.sse && this.buffered) this.line(this.buffered);
+    this.buffered = "";
+    return this.result;
+  }
+
+  private line(line: string): void {
+    if (!line.startsWith("data:")) return;
+    if (!/"(usage|timings)"|"response\.(created|completed)"/.test(line)) return;
+    try {
+      this.absorb(JSON.parse(line.slice(5)));
+    } catch {
+      // a malformed event is the client's problem to see, not ours to fix
+    }
+  }
+
+  private absorb(event: unknown): void {
+    if (!event || typeof event !== "object") return;
+    const e = event as Record<string, any>;
+    const response = e.response && typeof e.response === "object" ? e.response : undefined;
+    if (typeof response?.id === "string") this.result.responseId = response.id;
+    else if (e.object === "response" && typeof e.id === "string") this.result.responseId = e.id;
+    Object.assign(this.result, readUsage(e.usage ?? response?.usage ?? e.message?.usage, e.timings));
+  }
+}
+
+/** Usage in any of the engines' shapes: OpenAI chat/completions, Responses, Anthropic, llama.cpp timings. */
+export function readUsage(usage: unknown, timings?: unknown): Usage {
+  const out: Usage = {};
+  const u = usage && typeof usage === "object" ? (usage as Record<string, any>) : undefined;
+  if (u) {
+    if (typeof u.prompt_tokens === "number") {
+      out.promptTokens = u.prompt_tokens;
+      if (typeof u.prompt_tokens_details?.cached_tokens === "number") out.cachedTokens = u.prompt_tokens_details.cached_tokens;
+    } else if ("cache_read_input_tokens" in u || "cache_creation_input_tokens" in u) {
+      // Anthropic: input_tokens excludes what was read from or written to the cache.
+      const read = num(u.cache_read_input_tokens);
+      out.cachedTokens = read;
+      if (typeof u.input_tokens === "number") out.promptTokens = u.input_tokens + read + num(u.cache_creation_input_tokens);
+    } else if (typeof u.input_tokens === "number") {
+      out.promptTokens = u.input_tokens;
+      if (typeof u.input_tokens_details?.cached_tokens === "number") out.cachedTokens = u.input_tokens_details.cached_tokens;
+    }
+    const completion = u.completion_tokens ?? u.output_tokens;
+    if (typeof completion === "number") out.completionTokens = completion;
+  }
+  const t = timings && typeof timings === "object" ? (timings as Record<string, any>) : undefined;
+  if (t && typeof t.cache_n === "number") {
+    out.cachedTokens ??= t.cache_n;
+    if (typeof t.prompt_n === "number") out.promptTokens ??= t.prompt_n + t.cache_n;
+  }
+  return out;
+}
+
+function num(v: unknown): number {
+  return typeof v === "number" ? v : 0;
+}
