@@ -53,6 +53,19 @@ interface Entry {
   /** Characters this link adds to its parent: summed per replica, shared prefixes count once. */
   delta: number;
   lastUsed: number;
+  /** Key of the parent link on the same replica (undefined for a first link). */
+  parent?: string;
+  /** Links on the same replica that extend this one; 0 = a tip (a conversation's latest turn). */
+  children: number;
+}
+
+/** Per-replica totals kept as entries come and go. */
+export interface ReplicaIndexStats {
+  /** Characters of distinct prefixes held (shared prefixes once). */
+  chars: number;
+  entries: number;
+  /** Remembered prompt tips: conversations (their latest turn) and one-shots. */
+  tips: number;
 }
 
 export interface PrefixIndexOptions {
@@ -60,8 +73,8 @@ export interface PrefixIndexOptions {
   ttlMs: number;
 }
 
-/** One saved index entry: [hash, replica, delta chars, lastUsed ms]. */
-export type IndexRecord = [string, string, number, number];
+/** One saved index entry: [hash, replica, delta chars, lastUsed ms, parent hash or null]. */
+export type IndexRecord = [string, string, number, number, string | null];
 
 /**
  * Bounded index of (prefix link, replica) → last use. Map order is LRU order; a chain is
@@ -70,7 +83,7 @@ export type IndexRecord = [string, string, number, number];
  */
 export class PrefixIndex {
   private readonly entries = new Map<string, Entry>();
-  private readonly workingSet = new Map<string, number>();
+  private readonly stats = new Map<string, ReplicaIndexStats>();
 
   constructor(readonly options: PrefixIndexOptions) {}
 
@@ -95,17 +108,26 @@ export class PrefixIndex {
 
   /** Remember that `replica` now holds every prefix in `chain`. */
   record(chain: PrefixChain, replica: string, now: number): void {
+    const stats = this.statsOf(replica);
+    let childInserted = false;
     for (let i = chain.hashes.length - 1; i >= 0; i--) {
       const k = key(chain.hashes[i]!, replica);
       const existing = this.entries.get(k);
       if (existing) {
         this.entries.delete(k);
         existing.lastUsed = now;
+        if (childInserted && existing.children++ === 0) stats.tips--;
         this.entries.set(k, existing);
+        childInserted = false;
       } else {
         const delta = chain.ends[i]! - (i === 0 ? 0 : chain.ends[i - 1]!);
-        this.entries.set(k, { replica, delta, lastUsed: now });
-        this.workingSet.set(replica, (this.workingSet.get(replica) ?? 0) + delta);
+        const parent = i === 0 ? undefined : key(chain.hashes[i - 1]!, replica);
+        const children = childInserted ? 1 : 0;
+        this.entries.set(k, { replica, delta, lastUsed: now, parent, children });
+        stats.chars += delta;
+        stats.entries++;
+        if (children === 0) stats.tips++;
+        childInserted = true;
       }
     }
     while (this.entries.size > this.options.maxEntries) this.dropOldest();
@@ -124,40 +146,67 @@ export class PrefixIndex {
 
   /** Forget everything a replica held (it restarted, or left the fleet). */
   forget(replica: string): void {
-    for (const [k, entry] of this.entries) if (entry.replica === replica) this.remove(k, entry);
-    this.workingSet.delete(replica);
+    for (const [k, entry] of this.entries) if (entry.replica === replica) this.entries.delete(k);
+    this.stats.delete(replica);
   }
 
   /** Characters of distinct prefixes a replica has served recently (shared prefixes once). */
   workingSetChars(replica: string): number {
-    return this.workingSet.get(replica) ?? 0;
+    return this.stats.get(replica)?.chars ?? 0;
   }
 
-  /** Entries per replica (for /status and /metrics). */
-  countByReplica(): Map<string, number> {
-    const counts = new Map<string, number>();
-    for (const entry of this.entries.values()) counts.set(entry.replica, (counts.get(entry.replica) ?? 0) + 1);
-    return counts;
+  replicaStats(replica: string): ReplicaIndexStats {
+    return { ...(this.stats.get(replica) ?? { chars: 0, entries: 0, tips: 0 }) };
+  }
+
+  /** Characters of distinct prefixes per replica used at or after `since` (ms): the active working set. */
+  workingSetSince(since: number): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const e of this.entries.values()) {
+      if (e.lastUsed >= since) out.set(e.replica, (out.get(e.replica) ?? 0) + e.delta);
+    }
+    return out;
   }
 
   /** Oldest first, so `restore` rebuilds the same LRU order. */
   save(): IndexRecord[] {
-    return [...this.entries].map(([k, e]) => [k.slice(0, k.indexOf("@")), e.replica, e.delta, e.lastUsed]);
+    return [...this.entries].map(([k, e]) => [hashOf(k), e.replica, e.delta, e.lastUsed, e.parent ? hashOf(e.parent) : null]);
   }
 
+  /** Load saved entries (e.g. from routing.state_file) for the replicas `keep` accepts. */
   restore(records: IndexRecord[], keep: (replica: string) => boolean): number {
     let restored = 0;
-    for (const [hash, replica, delta, lastUsed] of records) {
+    for (const [hash, replica, delta, lastUsed, parent] of records) {
       if (!keep(replica)) continue;
       const k = key(hash, replica);
-      const old = this.entries.get(k);
-      if (old) this.remove(k, old);
-      this.entries.set(k, { replica, delta, lastUsed });
-      this.workingSet.set(replica, (this.workingSet.get(replica) ?? 0) + delta);
+      this.entries.delete(k);
+      this.entries.set(k, { replica, delta, lastUsed, parent: parent ? key(parent, replica) : undefined, children: 0 });
       restored++;
     }
+    this.rebuildStats();
     while (this.entries.size > this.options.maxEntries) this.dropOldest();
     return restored;
+  }
+
+  private rebuildStats(): void {
+    this.stats.clear();
+    for (const e of this.entries.values()) e.children = 0;
+    for (const e of this.entries.values()) {
+      const parent = e.parent ? this.entries.get(e.parent) : undefined;
+      if (parent) parent.children++;
+    }
+    for (const e of this.entries.values()) {
+      const stats = this.statsOf(e.replica);
+      stats.chars += e.delta;
+      stats.entries++;
+      if (e.children === 0) stats.tips++;
+    }
+  }
+
+  private statsOf(replica: string): ReplicaIndexStats {
+    let stats = this.stats.get(replica);
+    if (!stats) this.stats.set(replica, (stats = { chars: 0, entries: 0, tips: 0 }));
+    return stats;
   }
 
   private dropOldest(): void {
@@ -167,12 +216,20 @@ export class PrefixIndex {
 
   private remove(k: string, entry: Entry): void {
     this.entries.delete(k);
-    const left = (this.workingSet.get(entry.replica) ?? 0) - entry.delta;
-    if (left > 0) this.workingSet.set(entry.replica, left);
-    else this.workingSet.delete(entry.replica);
+    const stats = this.statsOf(entry.replica);
+    stats.chars -= entry.delta;
+    stats.entries--;
+    if (entry.children === 0) stats.tips--;
+    const parent = entry.parent ? this.entries.get(entry.parent) : undefined;
+    if (parent && --parent.children === 0) stats.tips++;
+    if (stats.entries === 0) this.stats.delete(entry.replica);
   }
 }
 
 function key(hash: string, replica: string): string {
   return `${hash}@${replica}`;
+}
+
+function hashOf(k: string): string {
+  return k.slice(0, k.indexOf("@"));
 }

@@ -102,3 +102,44 @@ describe("PrefixIndex", () => {
     expect(copy.workingSetChars("gpu0")).toBe(idx.workingSetChars("gpu0"));
   });
 });
+
+describe("PrefixIndex bookkeeping", () => {
+  const convo = (n: number, user = "go") => {
+    const messages = [{ role: "system", content: "S" }, { role: "user", content: user }];
+    for (let i = 0; i < n; i++) messages.push({ role: "assistant", content: `a${i}` }, { role: "user", content: `u${i}` });
+    return chat(messages);
+  };
+
+  it("a conversation is one tip however many turns it has; a shared system prompt is counted once", () => {
+    const idx = index();
+    for (let t = 0; t < 4; t++) idx.record(convo(t).chain, "gpu0", t);
+    expect(idx.replicaStats("gpu0").tips).toBe(1);
+    idx.record(convo(0, "another").chain, "gpu0", 9);
+    expect(idx.replicaStats("gpu0")).toMatchObject({ tips: 2, entries: convo(3).chain.hashes.length + 1 });
+  });
+
+  it("eviction keeps tips and working set exact", () => {
+    const idx = index(1000, 10);
+    idx.record(convo(2).chain, "gpu0", 0);
+    idx.record(convo(0, "late").chain, "gpu0", 100);
+    idx.evict(105);
+    const late = convo(0, "late").chain;
+    expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: late.ends.at(-1)! });
+  });
+
+  it("workingSetSince counts only recently used links", () => {
+    const idx = index();
+    idx.record(convo(0, "old").chain, "gpu0", 0);
+    idx.record(convo(0, "new").chain, "gpu1", 50);
+    expect(Object.fromEntries(idx.workingSetSince(10))).toEqual({ gpu1: convo(0, "new").chain.ends.at(-1)! });
+  });
+
+  it("restore rebuilds tips from the saved parents", () => {
+    const idx = index();
+    for (let t = 0; t < 3; t++) idx.record(convo(t).chain, "gpu0", t);
+    idx.record(convo(0, "b").chain, "gpu0", 5);
+    const copy = index();
+    copy.restore(idx.save(), () => true);
+    expect(copy.replicaStats("gpu0")).toEqual(idx.replicaStats("gpu0"));
+  });
+});
