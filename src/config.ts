@@ -64,6 +64,8 @@ export interface Config {
     index_max_entries: number;
     index_ttl_ms: number;
     state_file?: string;
+    /** Conversations used within this window make up a replica's working set (capacity wall). */
+    capacity_window_ms: number;
     cache_aware: CacheAwareConfig;
   };
   health: {
@@ -94,6 +96,7 @@ const DEFAULTS = {
     chunk_chars: 1024,
     index_max_entries: 200_000,
     index_ttl: "1h",
+    capacity_window: "5m",
   },
   cache_aware: DEFAULT_CACHE_AWARE,
   health: { interval: "10s", path: "/health", timeout: "3s" },
@@ -110,6 +113,7 @@ const KNOWN: Record<string, readonly string[]> = {
     "index_max_entries",
     "index_ttl",
     "state_file",
+    "capacity_window",
     "cache_aware",
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
@@ -204,6 +208,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
       index_max_entries: field(ctx, routing, "routing.index_max_entries", DEFAULTS.routing.index_max_entries, integer(1)),
       index_ttl_ms: field(ctx, routing, "routing.index_ttl", DEFAULTS.routing.index_ttl, duration),
       ...(stateFile === undefined ? {} : { state_file: stateFile }),
+      capacity_window_ms: field(ctx, routing, "routing.capacity_window", DEFAULTS.routing.capacity_window, duration),
       cache_aware: {
         min_match_ratio: field(ctx, cacheAware, "routing.cache_aware.min_match_ratio", DEFAULTS.cache_aware.min_match_ratio, fraction),
         balance_abs: field(ctx, cacheAware, "routing.cache_aware.balance_abs", DEFAULTS.cache_aware.balance_abs, integer(1)),
@@ -510,6 +515,7 @@ export function describeConfig(config: Config): string {
     `index_max_entries = ${config.routing.index_max_entries}`,
     `index_ttl = "${ms(config.routing.index_ttl_ms)}"`,
     ...(config.routing.state_file ? [`state_file = "${config.routing.state_file}"`] : []),
+    `capacity_window = "${ms(config.routing.capacity_window_ms)}"`,
     `cache_aware = { min_match_ratio = ${config.routing.cache_aware.min_match_ratio}, balance_abs = ${config.routing.cache_aware.balance_abs}, balance_rel = ${config.routing.cache_aware.balance_rel} }`,
     "",
     "[health]",

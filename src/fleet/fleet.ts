@@ -5,6 +5,7 @@
  */
 import type { ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
+import { parsePrometheus, readEngine, type EngineReading } from "../engines/metrics.ts";
 import type { ReplicaView } from "../route/policy.ts";
 
 export interface ModelCard {
@@ -35,6 +36,8 @@ export class Replica {
   charsPerToken = DEFAULT_CHARS_PER_TOKEN;
   /** Engine-reported queue (waiting requests) when metrics are scraped. */
   engineWaiting = 0;
+  /** The last scrape of the engine's /metrics (when `metrics` is configured). */
+  engine?: EngineReading & { at: number; error?: string };
 
   constructor(public config: ReplicaConfig) {
     this.cards = config.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
@@ -93,6 +96,11 @@ export class Fleet {
     this.now = options.now ?? Date.now;
   }
 
+  /** Health settings changed (config reload). */
+  configure(settings: Pick<FleetOptions, "healthPath" | "healthTimeoutMs">): void {
+    Object.assign(this.options, settings);
+  }
+
   byName(name: string): Replica | undefined {
     return this.replicas.find((r) => r.name === name);
   }
@@ -114,20 +122,24 @@ export class Fleet {
   }
 
   /** Replace the replica list (config reload); state of replicas that stay is kept. */
-  reconcile(configs: ReplicaConfig[]): { added: string[]; removed: string[] } {
+  reconcile(configs: ReplicaConfig[]): { added: string[]; removed: string[]; replaced: string[] } {
     const old = new Map(this.replicas.map((r) => [r.name, r]));
+    const replaced: string[] = [];
     const next = configs.map((c) => {
       const existing = old.get(c.name);
       if (!existing) return new Replica(c);
       old.delete(c.name);
-      if (existing.config.url !== c.url) return new Replica(c);
+      if (existing.config.url !== c.url) {
+        replaced.push(c.name);
+        return new Replica(c);
+      }
       existing.config = c;
       if (c.models.length > 0) existing.cards = c.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
       return existing;
     });
     const added = next.filter((r) => !this.replicas.includes(r)).map((r) => r.name);
     this.replicas = next;
-    return { added, removed: [...old.keys()] };
+    return { added, removed: [...old.keys()], replaced };
   }
 
   /** Demote at once after a failed request; the next passing check restores it. */
@@ -158,7 +170,12 @@ export class Fleet {
     } catch (error) {
       failure = `health check: ${describeFetchError(error)}`;
     }
-    if (!failure && replica.config.models.length === 0) await this.discoverModels(replica);
+    if (!failure) {
+      await Promise.all([
+        replica.config.models.length === 0 ? this.discoverModels(replica) : undefined,
+        replica.config.metrics ? this.scrape(replica) : undefined,
+      ]);
+    }
 
     replica.checked = true;
     if (failure) {
@@ -172,6 +189,28 @@ export class Fleet {
       replica.downSince = undefined;
       this.options.log.info(wasDown ? "replica up again" : "replica up", { replica: replica.name, models: replica.cards.map((c) => c.id).join(",") });
       if (wasDown) this.options.onRecovered?.(replica);
+    }
+  }
+
+  /** Read the engine's load signals; a missing name is reported, never guessed. */
+  async scrape(replica: Replica): Promise<void> {
+    const at = this.now();
+    try {
+      const res = await this.fetch(`${replica.config.url}${replica.config.metrics}`, {
+        headers: authHeaders(replica.config),
+        signal: AbortSignal.timeout(this.options.healthTimeoutMs),
+      });
+      if (!res.ok) {
+        await res.body?.cancel();
+        throw new Error(`HTTP ${res.status}`);
+      }
+      const reading = readEngine(parsePrometheus(await res.text()));
+      replica.engine = { ...reading, at };
+      replica.engineWaiting = reading.values.waiting ?? 0;
+      if (!reading.family) replica.engine.error = "no vLLM, SGLang or llama.cpp metric names found";
+    } catch (error) {
+      replica.engine = { values: {}, found: {}, missing: [], at, error: describeFetchError(error) };
+      replica.engineWaiting = 0;
     }
   }
 

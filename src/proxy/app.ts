@@ -1,15 +1,25 @@
 /**
  * The router's HTTP surface as a plain `fetch(Request) → Response` function, so it runs
- * in-process in tests and behind Bun.serve in production. /v1/* is proxied; /health and
- * /v1/models are answered from the fleet's state.
+ * in-process in tests and behind Bun.serve in production. /v1/* is proxied; /health,
+ * /v1/models, /status and /metrics are answered from live state.
  */
+import { timingSafeEqual } from "node:crypto";
 import type { Fleet } from "../fleet/fleet.ts";
+import type { Telemetry } from "../ops/telemetry.ts";
+import { endpointOf } from "../route/shape.ts";
 import { errorResponse } from "./errors.ts";
 import type { Proxy } from "./proxy.ts";
 
 export interface AppDeps {
   fleet: Fleet;
   proxy: Proxy;
+  telemetry: Telemetry;
+  /** Client keys (server.api_keys); empty = open. */
+  apiKeys: () => readonly string[];
+  /** Which routes this listener serves: the API, the admin pair (/status, /metrics), or both. */
+  serves: { api: boolean; admin: boolean };
+  /** Refresh the capacity readings before /status and /metrics answer. */
+  beforeAdmin?: () => void;
 }
 
 export interface App {
@@ -17,19 +27,47 @@ export interface App {
 }
 
 export function createApp(deps: AppDeps): App {
-  const { fleet, proxy } = deps;
   return {
     async fetch(req) {
       const url = new URL(req.url);
       const path = url.pathname;
-      if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) return health(fleet);
-      if (path === "/v1/models" && req.method === "GET") {
-        return Response.json({ object: "list", data: fleet.models() });
+      const read = req.method === "GET" || req.method === "HEAD";
+      if (path === "/health" && read) return health(deps.fleet);
+
+      const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics");
+      const api = deps.serves.api && path.startsWith("/v1/");
+      if (!admin && !api) {
+        return errorResponse("other", 404, `no route for ${req.method} ${path}`);
       }
-      if (path.startsWith("/v1/")) return proxy.forward(req, url);
-      return errorResponse("other", 404, `no route for ${req.method} ${path}; llmroute serves /v1/*, /health`);
+      // Admin routes on their own listener are protected by where it listens, not by keys.
+      if ((api || deps.serves.api) && !authorized(req, deps.apiKeys())) {
+        return errorResponse(endpointOf(path), 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
+      }
+      if (admin) {
+        deps.beforeAdmin?.();
+        if (path === "/metrics") {
+          return new Response(deps.telemetry.metrics(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+        }
+        return Response.json(deps.telemetry.status(Date.now()));
+      }
+      if (path === "/v1/models" && req.method === "GET") {
+        return Response.json({ object: "list", data: deps.fleet.models() });
+      }
+      return deps.proxy.forward(req, url);
     },
   };
+}
+
+function authorized(req: Request, keys: readonly string[]): boolean {
+  if (keys.length === 0) return true;
+  const bearer = /^Bearer\s+(.+)$/i.exec(req.headers.get("authorization") ?? "")?.[1];
+  const given = bearer ?? req.headers.get("x-api-key");
+  if (!given) return false;
+  const a = Buffer.from(given);
+  return keys.some((k) => {
+    const b = Buffer.from(k);
+    return a.length === b.length && timingSafeEqual(a, b);
+  });
 }
 
 function health(fleet: Fleet): Response {

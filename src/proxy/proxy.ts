@@ -34,7 +34,8 @@ export interface RequestRecord {
 }
 
 export interface ProxyDeps {
-  config: Pick<Config, "server" | "routing">;
+  /** Read per request, so a reloaded config applies to the next request. */
+  config: () => Pick<Config, "server" | "routing">;
   fleet: Fleet;
   router: Router;
   hasher: Hasher;
@@ -58,7 +59,7 @@ type Attempt =
   | { kind: "client-gone" };
 
 export function createProxy(deps: ProxyDeps): Proxy {
-  const { fleet, router, hasher, log } = deps;
+  const { router, hasher, log } = deps;
   const upstreamFetch = deps.fetch ?? fetch;
   const now = deps.now ?? (() => performance.now());
 
@@ -88,9 +89,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
 
     if (endpoint !== "other" && req.method !== "POST") return reject(405, `${url.pathname} takes POST`);
 
-    const bytes = await readBody(req, deps.config.server.max_body_bytes);
+    const config = deps.config();
+    const fleet = deps.fleet;
+    const bytes = await readBody(req, config.server.max_body_bytes);
     if (bytes === "too-large") {
-      return reject(413, `request body is larger than server.max_body (${deps.config.server.max_body_bytes} bytes)`);
+      return reject(413, `request body is larger than server.max_body (${config.server.max_body_bytes} bytes)`);
     }
 
     let body: unknown;
@@ -108,12 +111,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
     if (shape.model !== undefined && pool.length === 0) {
       return reject(404, `The model \`${shape.model}\` does not exist on any replica.`, "model");
     }
-    const chain = endpoint === "other" ? EMPTY_CHAIN : prefixChain(shape, hasher, deps.config.routing.chunk_chars);
+    const chain = endpoint === "other" ? EMPTY_CHAIN : prefixChain(shape, hasher, config.routing.chunk_chars);
     const input = { shape, chain };
 
     const tried = new Set<string>();
     const failures: string[] = [];
-    for (let attempt = 0; attempt < deps.config.routing.max_attempts; attempt++) {
+    for (let attempt = 0; attempt < config.routing.max_attempts; attempt++) {
       const views: ReplicaView[] = pool.map((r) => {
         const view = r.view(router.index.workingSetChars(r.name));
         if (tried.has(r.name)) view.healthy = false;
@@ -126,7 +129,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
 
-      const result = await attemptUpstream(req, url, bytes, replica, route, { shape, chain, started, failovers: attempt });
+      const result = await attemptUpstream(req, url, bytes, fleet, replica, route, { shape, chain, started, failovers: attempt });
       if (result.kind === "response") return result.response;
       if (result.kind === "client-gone") {
         record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
@@ -150,6 +153,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     req: Request,
     url: URL,
     bytes: Uint8Array,
+    fleet: Fleet,
     replica: Replica,
     route: string,
     ctx: { shape: RequestShape; chain: PrefixChain; started: number; failovers: number },

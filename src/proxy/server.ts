@@ -1,12 +1,16 @@
 /**
  * A running router: builds fleet, index, policy and proxy from a Config, listens with
  * Bun.serve (the only place that does), and owns the schedules — health checks, index
- * eviction. Used by `llmroute serve`, the bench (in-process, one per policy) and tests.
+ * eviction, capacity readings. Also the lifecycle: reload, drain, and the state file.
+ * Used by `llmroute serve`, the bench (in-process, one per policy) and tests.
  */
 import type { Server } from "bun";
 import type { Config } from "../config.ts";
+import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
 import { createLog, type Log } from "../log.ts";
+import { loadState, saveState } from "../ops/state-file.ts";
+import { Telemetry } from "../ops/telemetry.ts";
 import { createHasher } from "../route/hash.ts";
 import { createPolicy } from "../route/policies/index.ts";
 import { PrefixIndex } from "../route/prefix.ts";
@@ -17,11 +21,16 @@ import { createProxy, type RequestRecord } from "./proxy.ts";
 export interface RouterServer {
   url: string;
   port: number;
-  config: Config;
+  /** The admin listener's URL when server.admin_listen is set. */
+  adminUrl?: string;
+  readonly config: Config;
   fleet: Fleet;
   router: Router;
+  telemetry: Telemetry;
   app: App;
   log: Log;
+  /** Apply a new config: replicas added/removed, policy and thresholds changed; pins of surviving replicas kept. */
+  reload(next: Config): Promise<void>;
   /** Stop listening and the schedules; with `drainMs`, let in-flight requests finish first. */
   stop(options?: { drainMs?: number }): Promise<void>;
 }
@@ -34,8 +43,10 @@ export interface StartOptions {
 
 /** How often replicas that are down are re-checked, at most: a restart is noticed quickly. */
 const DOWN_RECHECK_MS = 2_000;
+const CAPACITY_EVERY_MS = 2_000;
 
-export async function startRouter(config: Config, options: StartOptions = {}): Promise<RouterServer> {
+export async function startRouter(initial: Config, options: StartOptions = {}): Promise<RouterServer> {
+  let config = initial;
   const log = options.log ?? createLog({ format: config.server.log_format });
   const hasher = await createHasher();
   const router = new Router({
@@ -52,34 +63,55 @@ export async function startRouter(config: Config, options: StartOptions = {}): P
     healthTimeoutMs: config.health.timeout_ms,
     onRecovered: (replica) => router.forget(replica.name),
   });
+  const capacity = new CapacityWatch(log);
+  const startedAt = Date.now();
+  const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt }));
+
+  if (config.routing.state_file) {
+    const restored = await loadState(config.routing.state_file, router, (name) => fleet.byName(name) !== undefined);
+    if (restored) log.info("restored routing state", { file: config.routing.state_file, ...restored });
+  }
   await fleet.checkAll();
 
-  const proxy = createProxy({ config, fleet, router, hasher, log, fetch: options.fetch, onRecord: options.onRecord });
-  const app = createApp({ fleet, proxy });
-
-  const server: Server<undefined> = Bun.serve({
-    hostname: config.server.listen.host,
-    port: config.server.listen.port,
-    // Bodies are bounded by server.max_body in the proxy, with an API error instead of a bare 413.
-    maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
-    fetch(req, srv) {
-      // A cold prefill can keep a response silent for minutes; don't let the idle timer cut it.
-      if (req.url.includes("/v1/")) srv.timeout(req, 0);
-      return app.fetch(req);
-    },
-    error(error) {
-      log.error("unhandled error", { error: error.message });
-      return Response.json({ error: { message: "internal router error", type: "InternalServerError", param: null, code: 500 } }, { status: 500 });
+  const proxy = createProxy({
+    config: () => config,
+    fleet,
+    router,
+    hasher,
+    log,
+    fetch: options.fetch,
+    onRecord: (record) => {
+      telemetry.record(record);
+      options.onRecord?.(record);
     },
   });
+  const refreshCapacity = () =>
+    capacity.update(fleet.replicas, router.index.workingSetSince(Date.now() - config.routing.capacity_window_ms), Date.now());
+  const separateAdmin = config.server.admin_listen !== undefined;
+  const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity };
+  const app = createApp({ ...appDeps, serves: { api: true, admin: !separateAdmin } });
 
-  const timers = [
-    setInterval(() => void guard("health", () => fleet.checkAll()), config.health.interval_ms),
-    setInterval(() => void guard("recheck", () => fleet.checkAll(true)), Math.min(config.health.interval_ms, DOWN_RECHECK_MS)),
-    setInterval(() => router.index.evict(Date.now()), Math.min(config.routing.index_ttl_ms, 60_000)),
-  ];
+  const listen = (l: Config["server"]["listen"], handler: App): Server<undefined> =>
+    Bun.serve({
+      hostname: l.host,
+      port: l.port,
+      // Bodies are bounded by server.max_body in the proxy, with an API error instead of a bare 413.
+      maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
+      fetch(req, srv) {
+        // A cold prefill can keep a response silent for minutes; don't let the idle timer cut it.
+        if (req.url.includes("/v1/")) srv.timeout(req, 0);
+        return handler.fetch(req);
+      },
+      error(error) {
+        log.error("unhandled error", { error: error.message });
+        return Response.json({ error: { message: "internal router error", type: "InternalServerError", param: null, code: 500 } }, { status: 500 });
+      },
+    });
+  const server = listen(config.server.listen, app);
+  const admin = separateAdmin ? listen(config.server.admin_listen!, createApp({ ...appDeps, serves: { api: false, admin: true } })) : undefined;
+
   const busy = new Set<string>();
-  async function guard(name: string, task: () => Promise<void>) {
+  const guard = async (name: string, task: () => Promise<void>) => {
     if (busy.has(name)) return;
     busy.add(name);
     try {
@@ -87,30 +119,80 @@ export async function startRouter(config: Config, options: StartOptions = {}): P
     } finally {
       busy.delete(name);
     }
-  }
+  };
+  let timers: ReturnType<typeof setInterval>[] = [];
+  const schedule = () => {
+    for (const t of timers) clearInterval(t);
+    timers = [
+      setInterval(() => void guard("health", () => fleet.checkAll()), config.health.interval_ms),
+      setInterval(() => void guard("recheck", () => fleet.checkAll(true)), Math.min(config.health.interval_ms, DOWN_RECHECK_MS)),
+      setInterval(() => router.index.evict(Date.now()), Math.min(config.routing.index_ttl_ms, 60_000)),
+      setInterval(refreshCapacity, CAPACITY_EVERY_MS),
+    ];
+  };
+  schedule();
 
-  const url = `http://${server.hostname?.includes(":") ? `[${server.hostname}]` : server.hostname}:${server.port}`;
+  const urlOf = (s: Server<undefined>) => `http://${s.hostname?.includes(":") ? `[${s.hostname}]` : s.hostname}:${s.port}`;
+  const url = urlOf(server);
   log.info(`listening on ${url}`, {
     policy: config.routing.policy,
     replicas: fleet.replicas.map((r) => `${r.name}${r.healthy ? "" : "(down)"}`).join(","),
+    ...(admin ? { admin: urlOf(admin) } : {}),
   });
 
   return {
     url,
     port: server.port!,
-    config,
+    ...(admin ? { adminUrl: urlOf(admin) } : {}),
+    get config() {
+      return config;
+    },
     fleet,
     router,
+    telemetry,
     app,
     log,
+    async reload(next) {
+      const restart = (["listen", "admin_listen", "log_format"] as const).filter(
+        (k) => JSON.stringify(next.server[k]) !== JSON.stringify(config.server[k]),
+      );
+      if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
+      next = { ...next, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
+      const { added, removed, replaced } = fleet.reconcile(next.replicas);
+      // A replica whose URL changed is another engine: what the old one cached is not there.
+      for (const name of [...removed, ...replaced]) {
+        router.forget(name);
+        capacity.drop(name);
+      }
+      router.policy = createPolicy(next.routing.policy);
+      router.maxInflight = next.routing.max_inflight;
+      router.cacheAware = next.routing.cache_aware;
+      router.index.options.maxEntries = next.routing.index_max_entries;
+      router.index.options.ttlMs = next.routing.index_ttl_ms;
+      fleet.configure({ healthPath: next.health.path, healthTimeoutMs: next.health.timeout_ms });
+      config = next;
+      schedule();
+      await Promise.all(added.map((name) => fleet.check(fleet.byName(name)!)));
+      log.info("config reloaded", {
+        policy: next.routing.policy,
+        replicas: fleet.replicas.map((r) => r.name).join(","),
+        added: added.join(","),
+        removed: removed.join(","),
+      });
+    },
     async stop({ drainMs = 0 } = {}) {
       for (const t of timers) clearInterval(t);
+      const servers = [server, ...(admin ? [admin] : [])];
       if (drainMs > 0) {
         const drained = server.stop(false);
         const timedOut = await Promise.race([drained.then(() => false), Bun.sleep(drainMs).then(() => true)]);
         if (timedOut) log.warn("drain timeout: closing remaining connections", { drain_ms: drainMs });
       }
-      await server.stop(true);
+      await Promise.all(servers.map((s) => s.stop(true)));
+      if (config.routing.state_file) {
+        const saved = await saveState(config.routing.state_file, router);
+        log.info("saved routing state", { file: config.routing.state_file, ...saved });
+      }
     },
   };
 }

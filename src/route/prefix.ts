@@ -85,7 +85,8 @@ export class PrefixIndex {
   private readonly entries = new Map<string, Entry>();
   private readonly stats = new Map<string, ReplicaIndexStats>();
 
-  constructor(readonly options: PrefixIndexOptions) {}
+  /** Bounds; mutable so a config reload applies them (the next record/evict enforces them). */
+  constructor(public options: PrefixIndexOptions) {}
 
   get size(): number {
     return this.entries.size;

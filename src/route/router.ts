@@ -79,6 +79,11 @@ export class Router {
     }
   }
 
+  /** Oldest first, for the state file. */
+  savedResponses(): [string, string][] {
+    return [...this.responses];
+  }
+
   responseOwner(id: string): string | undefined {
     return this.responses.get(id);
   }

@@ -1,0 +1,161 @@
+/**
+ * What the router exposes about itself: Prometheus metrics (per-request truth summed per
+ * replica, plus live gauges) and the /status document. Both read the same live state.
+ */
+import pkg from "../../package.json" with { type: "json" };
+import type { Config } from "../config.ts";
+import type { CapacityWatch } from "../fleet/capacity.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { RequestRecord } from "../proxy/proxy.ts";
+import type { Router } from "../route/router.ts";
+import { Registry } from "./prom.ts";
+
+export interface LiveState {
+  config: Config;
+  fleet: Fleet;
+  router: Router;
+  capacity: CapacityWatch;
+  startedAt: number;
+}
+
+const TTFT_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160];
+const DURATION_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+
+export class Telemetry {
+  readonly registry = new Registry();
+  private readonly requests = this.registry.counter("llmroute_requests_total", "Requests finished, by replica, route reason, endpoint and HTTP status.");
+  private readonly ttft = this.registry.histogram("llmroute_ttft_seconds", "Time to first byte of streamed responses, as seen by the router.", TTFT_BUCKETS);
+  private readonly duration = this.registry.histogram("llmroute_request_duration_seconds", "Whole request time.", DURATION_BUCKETS);
+  private readonly promptTokens = this.registry.counter("llmroute_prompt_tokens_total", "Prompt tokens reported by the engines' usage, summed.");
+  private readonly cachedTokens = this.registry.counter("llmroute_cached_tokens_total", "Prompt tokens the engines reported as served from their prefix cache, summed.");
+  private readonly completionTokens = this.registry.counter("llmroute_completion_tokens_total", "Completion tokens reported by the engines' usage, summed.");
+
+  constructor(private readonly live: () => LiveState) {
+    const replicas = () => this.live().fleet.replicas;
+    const each = (f: (r: ReturnType<typeof replicas>[number]) => number) => () =>
+      replicas().map((r): [Record<string, string>, number] => [{ replica: r.name }, f(r)]);
+    const r = this.registry;
+    r.gauge("llmroute_replica_up", "1 while the replica passes health checks.", each((x) => (x.healthy ? 1 : 0)));
+    r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
+    r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
+    r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
+    r.gauge("llmroute_conversations", "Remembered prompt tips (conversations and one-shots) per replica.", each((x) => this.live().router.index.replicaStats(x.name).tips));
+    r.gauge("llmroute_working_set_tokens", "Estimated tokens of distinct prefixes used within routing.capacity_window.", () =>
+      this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.workingSetTokens]),
+    );
+    r.gauge("llmroute_kv_budget_tokens", "The replica's configured kv_tokens.", each((x) => x.config.kv_tokens));
+    r.gauge("llmroute_capacity_exceeded", "1 while the working set exceeds the KV budget (routing cannot fix it).", () =>
+      this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.over ? 1 : 0]),
+    );
+    r.gauge("llmroute_capacity_warnings_total", "Over-budget episodes warned about.", () =>
+      replicas().map((x): [Record<string, string>, number] => [{ replica: x.name }, this.live().capacity.warnings.get(x.name) ?? 0]), "counter");
+    r.gauge("llmroute_engine_requests_running", "Engine-reported running requests (scraped; absent when not scraped).", () => engine("running"));
+    r.gauge("llmroute_engine_requests_waiting", "Engine-reported waiting requests (scraped).", () => engine("waiting"));
+    r.gauge("llmroute_engine_kv_usage_ratio", "Engine-reported KV cache usage, 0..1 (scraped).", () => engine("kv_usage"));
+    r.gauge("llmroute_chars_per_token", "Learned characters of prompt per engine token (calibrates token estimates).", each((x) => Math.round(x.charsPerToken * 1000) / 1000));
+    const engine = (signal: "running" | "waiting" | "kv_usage") =>
+      replicas().flatMap((x): [Record<string, string>, number][] => {
+        const v = x.engine?.values[signal];
+        return v === undefined ? [] : [[{ replica: x.name }, v]];
+      });
+  }
+
+  record(rec: RequestRecord): void {
+    const replica = rec.replica ?? "none";
+    this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status) });
+    if (!rec.replica) return;
+    this.duration.observe({ replica }, rec.totalMs / 1000);
+    if (rec.ttftMs !== undefined) this.ttft.observe({ replica }, rec.ttftMs / 1000);
+    if (rec.promptTokens) this.promptTokens.inc({ replica }, rec.promptTokens);
+    if (rec.cachedTokens) this.cachedTokens.inc({ replica }, rec.cachedTokens);
+    if (rec.completionTokens) this.completionTokens.inc({ replica }, rec.completionTokens);
+  }
+
+  metrics(): string {
+    return this.registry.render();
+  }
+
+  status(now: number): StatusDocument {
+    const { config, fleet, router, capacity, startedAt } = this.live();
+    const readings = new Map(capacity.readings.map((c) => [c.replica, c]));
+    const replicas = fleet.replicas.map((r): ReplicaStatus => {
+      const stats = router.index.replicaStats(r.name);
+      const cap = readings.get(r.name);
+      const prompt = this.promptTokens.get({ replica: r.name });
+      const cached = this.cachedTokens.get({ replica: r.name });
+      const warnings: string[] = [];
+      if (cap?.over) {
+        warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; routing cannot fix this (add a card, compact context, fewer concurrent large contexts)`);
+      }
+      if (!r.healthy && r.lastError) warnings.push(`down: ${r.lastError.message}`);
+      if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
+      else if (r.engine && r.engine.missing.length > 0) warnings.push(`engine metrics missing: ${r.engine.missing.join(", ")}`);
+      return {
+        name: r.name,
+        url: r.config.url,
+        healthy: r.healthy,
+        last_error: r.lastError ? { message: r.lastError.message, at: new Date(r.lastError.at).toISOString() } : null,
+        inflight: r.inflight,
+        served: r.served,
+        failovers: r.failovers,
+        models: r.cards.map((c) => c.id),
+        conversations: stats.tips,
+        index_entries: stats.entries,
+        working_set_tokens: cap?.workingSetTokens ?? 0,
+        kv_tokens: r.config.kv_tokens,
+        working_set_ratio: cap ? Math.round(cap.ratio * 1000) / 1000 : 0,
+        chars_per_token: Math.round(r.charsPerToken * 100) / 100,
+        prompt_tokens: prompt,
+        cached_tokens: cached,
+        cached_ratio: prompt > 0 ? Math.round((cached / prompt) * 1000) / 1000 : null,
+        engine: r.engine
+          ? { family: r.engine.family ?? null, ...r.engine.values, missing: r.engine.missing, error: r.engine.error ?? null, at: new Date(r.engine.at).toISOString() }
+          : null,
+        warnings,
+      };
+    });
+    return {
+      version: pkg.version,
+      policy: config.routing.policy,
+      uptime_s: Math.round((now - startedAt) / 1000),
+      healthy: replicas.filter((r) => r.healthy).length,
+      index: { entries: router.index.size, max_entries: config.routing.index_max_entries },
+      capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
+      replicas,
+      warnings: replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)),
+    };
+  }
+}
+
+export interface ReplicaStatus {
+  name: string;
+  url: string;
+  healthy: boolean;
+  last_error: { message: string; at: string } | null;
+  inflight: number;
+  served: number;
+  failovers: number;
+  models: string[];
+  conversations: number;
+  index_entries: number;
+  working_set_tokens: number;
+  kv_tokens: number;
+  working_set_ratio: number;
+  chars_per_token: number;
+  prompt_tokens: number;
+  cached_tokens: number;
+  cached_ratio: number | null;
+  engine: Record<string, unknown> | null;
+  warnings: string[];
+}
+
+export interface StatusDocument {
+  version: string;
+  policy: string;
+  uptime_s: number;
+  healthy: number;
+  index: { entries: number; max_entries: number };
+  capacity_window_s: number;
+  replicas: ReplicaStatus[];
+  warnings: string[];
+}
