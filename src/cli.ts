@@ -11,6 +11,8 @@ import { LlmrouteError } from "./errors.ts";
 const subCommands = {
   serve: () => import("./commands/serve.ts").then((m) => m.default),
   check: () => import("./commands/check.ts").then((m) => m.default),
+  status: () => import("./commands/status.ts").then((m) => m.default),
+  units: () => import("./commands/units.ts").then((m) => m.default),
 } satisfies Record<string, () => Promise<CommandDef<any>>>;
 
 export const main = defineCommand({
