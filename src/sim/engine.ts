@@ -1,0 +1,572 @@
+/**
+ * The simulated engine: a continuous-batching scheduler over a vLLM-style KV pool.
+ *
+ * Time is a fluid model in "model seconds" (real ms / 1000 / timeScale):
+ * - every sequence that is prefilling gets an equal share of `prefillTps`; its work is its
+ *   uncached tokens plus `cachedTokenCost` × its cached tokens (attention over the cached
+ *   context is not free), so TTFT = queueing + shared prefill of what is not cached;
+ * - prefill completion emits the first token; then each sequence decodes at
+ *   `decodeTps / (1 + decodeBatchSlowdown · (running − 1))`;
+ * - a waiting request is admitted (FCFS, head-of-line) when a slot is free (`maxSeqs`) and
+ *   the pool can give it every block of its prompt; cached leading blocks are reused;
+ * - a decoding sequence that needs a block when none is free preempts the most recently
+ *   admitted sequence (recompute, as vLLM does): its computed blocks stay cached but
+ *   evictable, and it waits at the head of the queue.
+ *
+ * The engine processes events in model-time order up to "now" whenever it is woken (by its
+ * one timer, a new request, a cancel or a read), so a late timer never changes the result.
+ */
+import { BlockPool, chainHash, rootHash, type BlockHash } from "./block-pool.ts";
+import { realClock, type Clock, type TimerHandle } from "./clock.ts";
+import type { EngineOptions } from "./options.ts";
+import { outputSeed, Tokenizer } from "./tokenizer.ts";
+
+export type FinishReason = "stop" | "length";
+/** Why a sequence ended: finished normally, its client went away, a fault closed it, or a reset. */
+export type EndReason = FinishReason | "cancelled" | "fault" | "reset";
+
+export interface SequenceResult {
+  reason: EndReason;
+  /** The generated text. */
+  text: string;
+  promptTokens: number;
+  completionTokens: number;
+  /** Prompt tokens found in the prefix cache at first admission. */
+  cachedTokens: number;
+  /** Real ms from submit to the first token (undefined if none was produced). */
+  ttftMs: number | undefined;
+  /** The same in model time (what a full-scale card would show). */
+  ttftModelMs: number | undefined;
+}
+
+export interface SequenceListener {
+  /** A token was produced (index 0 = the first token). Called synchronously; do not block. */
+  onToken?(text: string, index: number): void;
+  /** Called once, after the last token. */
+  onEnd?(result: SequenceResult): void;
+}
+
+export interface SubmitInput {
+  prompt: string;
+  maxTokens: number;
+  finishReason: FinishReason;
+  salt?: string;
+  listener?: SequenceListener;
+}
+
+export type SequenceState = "waiting" | "prefill" | "decode" | "done";
+
+export class Sequence {
+  readonly id: number;
+  readonly prompt: string;
+  readonly promptTokens: number;
+  readonly maxTokens: number;
+  readonly finishReason: FinishReason;
+  readonly salt: string | undefined;
+  readonly seed: number;
+  readonly listener: SequenceListener;
+  readonly done: Promise<SequenceResult>;
+  state: SequenceState = "waiting";
+  generated = 0;
+  genText = "";
+  cachedTokens = 0;
+  admissions = 0;
+  blocks: number[] = [];
+  hashes: BlockHash[] = [];
+  committed = 0;
+  /** Tokens found cached at the current admission. */
+  base = 0;
+  prefillWork = 0;
+  prefillDone = 0;
+  decodeFrac = 0;
+  readonly arrivalMs: number;
+  readonly arrivalModel: number;
+  firstTokenMs: number | undefined;
+  firstTokenModel: number | undefined;
+  endRequested: EndReason | undefined;
+  resolve!: (result: SequenceResult) => void;
+
+  constructor(id: number, input: SubmitInput, promptTokens: number, arrivalMs: number, arrivalModel: number) {
+    this.id = id;
+    this.prompt = input.prompt;
+    this.promptTokens = promptTokens;
+    this.maxTokens = input.maxTokens;
+    this.finishReason = input.finishReason;
+    this.salt = input.salt;
+    this.seed = outputSeed(input.prompt);
+    this.listener = input.listener ?? {};
+    this.arrivalMs = arrivalMs;
+    this.arrivalModel = arrivalModel;
+    this.done = new Promise((resolve) => (this.resolve = resolve));
+  }
+
+  /** Prompt plus generated tokens: what the KV cache must hold. */
+  get contextTokens(): number {
+    return this.promptTokens + this.generated;
+  }
+}
+
+/** Counters, named as /sim/state reports them. */
+export interface EngineStats {
+  requests_total: number;
+  completed_total: number;
+  cancelled_total: number;
+  faulted_total: number;
+  rejected_total: number;
+  preemptions_total: number;
+  prompt_tokens_total: number;
+  generation_tokens_total: number;
+  prefix_cache_queries_total: number;
+  prefix_cache_hits_total: number;
+  cached_tokens_total: number;
+}
+
+function zeroStats(): EngineStats {
+  return {
+    requests_total: 0,
+    completed_total: 0,
+    cancelled_total: 0,
+    faulted_total: 0,
+    rejected_total: 0,
+    preemptions_total: 0,
+    prompt_tokens_total: 0,
+    generation_tokens_total: 0,
+    prefix_cache_queries_total: 0,
+    prefix_cache_hits_total: 0,
+    cached_tokens_total: 0,
+  };
+}
+
+/** vLLM's TTFT histogram buckets, in seconds. */
+export const TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
+  2560.0,
+];
+
+export class Histogram {
+  readonly buckets: readonly number[];
+  counts: number[];
+  sum = 0;
+  count = 0;
+
+  constructor(buckets: readonly number[]) {
+    this.buckets = buckets;
+    this.counts = buckets.map(() => 0);
+  }
+
+  observe(value: number): void {
+    this.sum += value;
+    this.count++;
+    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) this.counts[i]!++;
+  }
+
+  reset(): void {
+    this.counts = this.buckets.map(() => 0);
+    this.sum = 0;
+    this.count = 0;
+  }
+}
+
+const EPS = 1e-9;
+
+export class SimEngine {
+  readonly options: EngineOptions;
+  readonly pool: BlockPool;
+  readonly tokenizer: Tokenizer;
+  readonly clock: Clock;
+  stats: EngineStats = zeroStats();
+  readonly finished = { stop: 0, length: 0, abort: 0 };
+  readonly ttft = new Histogram(TTFT_BUCKETS);
+
+  private readonly blockChars: number;
+  private modelTime: number;
+  private waiting: Sequence[] = [];
+  private running: Sequence[] = [];
+  private nextId = 1;
+  private timer: TimerHandle | undefined;
+  private timerAt = Infinity;
+  private busy = false;
+  private pendingEnds: Sequence[] = [];
+  /** Bumped whenever blocks are released or cached, so a blocked queue head is retried only then. */
+  private poolEpoch = 0;
+  private blockedHead: { seq: Sequence; epoch: number } | undefined;
+
+  constructor(options: EngineOptions, clock: Clock = realClock) {
+    this.options = options;
+    this.clock = clock;
+    this.pool = new BlockPool(Math.floor(options.kvTokens / options.blockTokens));
+    this.tokenizer = new Tokenizer(options.charsPerToken);
+    this.blockChars = options.blockTokens * options.charsPerToken;
+    this.modelTime = this.modelNow();
+  }
+
+  get runningCount(): number {
+    return this.running.length;
+  }
+
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  /** Queue a request. Its tokens arrive through `listener`; `done` resolves when it ends. */
+  submit(input: SubmitInput): Sequence {
+    this.sync();
+    const seq = new Sequence(this.nextId++, input, this.tokenizer.count(input.prompt), this.clock.now(), this.modelTime);
+    this.stats.prompt_tokens_total += seq.promptTokens;
+    this.waiting.push(seq);
+    this.sync();
+    return seq;
+  }
+
+  /**
+   * Stop a sequence and free its KV (computed full blocks stay cached). `reason` "cancelled"
+   * (the client went away) counts in `cancelled_total`. Safe to call from a listener.
+   */
+  cancel(seq: Sequence, reason: Exclude<EndReason, FinishReason> = "cancelled"): void {
+    if (seq.state === "done" || seq.endRequested) return;
+    if (this.busy) {
+      seq.endRequested = reason;
+      this.pendingEnds.push(seq);
+      return;
+    }
+    // Catch up first, so the sequence ends now and not at the last wake-up.
+    this.sync();
+    // sync() may have finished it meanwhile.
+    if ((seq.state as SequenceState) === "done" || seq.endRequested) return;
+    seq.endRequested = reason;
+    this.pendingEnds.push(seq);
+    this.sync();
+  }
+
+  /** How much of `prompt` this replica has cached right now. Touches nothing. */
+  match(prompt: string, salt?: string): { promptTokens: number; cachedTokens: number } {
+    this.sync();
+    const promptTokens = this.tokenizer.count(prompt);
+    if (!this.options.prefixCache || promptTokens === 0) return { promptTokens, cachedTokens: 0 };
+    const B = this.options.blockTokens;
+    const maxHit = Math.min(Math.floor(prompt.length / this.blockChars), Math.floor((promptTokens - 1) / B));
+    let parent = rootHash(salt);
+    let hit = 0;
+    for (; hit < maxHit; hit++) {
+      parent = chainHash(parent, prompt.slice(hit * this.blockChars, (hit + 1) * this.blockChars));
+      if (this.pool.lookup(parent) === undefined) break;
+    }
+    return { promptTokens, cachedTokens: hit * B };
+  }
+
+  /** Bring the simulation up to the present (reads call this so they see current state). */
+  sync(): void {
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      this.simulateUntil(this.modelNow());
+      this.commitPrefillProgress();
+    } finally {
+      this.busy = false;
+    }
+    this.armTimer();
+  }
+
+  /** End every sequence, forget the cache, zero the counters. */
+  reset(): void {
+    this.sync();
+    for (const seq of [...this.running, ...this.waiting]) seq.endRequested = "reset";
+    this.busy = true;
+    try {
+      this.drainEnds([...this.running, ...this.waiting]);
+    } finally {
+      this.busy = false;
+    }
+    this.pool.clearCache();
+    this.poolEpoch++;
+    this.stats = zeroStats();
+    this.finished.stop = this.finished.length = this.finished.abort = 0;
+    this.ttft.reset();
+    this.armTimer();
+  }
+
+  /** Stop the timer (the server is going away); running sequences end as "reset". */
+  close(): void {
+    this.reset();
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timer = undefined;
+    this.timerAt = Infinity;
+  }
+
+  /** Sequences in the scheduler, for introspection. */
+  sequences(): { running: readonly Sequence[]; waiting: readonly Sequence[] } {
+    return { running: this.running, waiting: this.waiting };
+  }
+
+  // --- the simulation -------------------------------------------------------------------
+
+  private modelNow(): number {
+    return this.clock.now() / 1000 / this.options.timeScale;
+  }
+
+  private simulateUntil(target: number): void {
+    this.drainEnds();
+    this.admit();
+    for (let guard = 0; ; guard++) {
+      if (guard > 10_000_000) throw new Error("sim: scheduler made no progress");
+      const next = this.nextEvent();
+      if (next.at > target) {
+        if (target > this.modelTime) this.advance(target - this.modelTime);
+        this.modelTime = Math.max(this.modelTime, target);
+        return;
+      }
+      this.advance(next.at - this.modelTime);
+      this.modelTime = next.at;
+      this.processEvents();
+      this.drainEnds();
+      this.admit();
+    }
+  }
+
+  private rates(): { prefill: number; decode: number } {
+    let prefilling = 0;
+    for (const seq of this.running) if (seq.state === "prefill") prefilling++;
+    const o = this.options;
+    return {
+      prefill: prefilling === 0 ? 0 : o.prefillTps / prefilling,
+      decode: o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, this.running.length - 1)),
+    };
+  }
+
+  /** The earliest prefill completion or decode token, in model seconds (Infinity if idle). */
+  private nextEvent(): { at: number; prefill: boolean } {
+    const { prefill, decode } = this.rates();
+    let best = Infinity;
+    let bestIsPrefill = false;
+    for (const seq of this.running) {
+      const dt = seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) / prefill : Math.max(0, 1 - seq.decodeFrac) / decode;
+      if (dt < best) {
+        best = dt;
+        bestIsPrefill = seq.state === "prefill";
+      }
+    }
+    return { at: this.modelTime + best, prefill: bestIsPrefill };
+  }
+
+  private advance(dt: number): void {
+    if (dt <= 0) return;
+    const { prefill, decode } = this.rates();
+    for (const seq of this.running) {
+      if (seq.state === "prefill") seq.prefillDone += dt * prefill;
+      else seq.decodeFrac += dt * decode;
+    }
+  }
+
+  private processEvents(): void {
+    for (const seq of [...this.running]) {
+      if (seq.state === "done" || !this.running.includes(seq)) continue;
+      if (seq.state === "prefill" && seq.prefillWork - seq.prefillDone <= EPS * Math.max(1, seq.prefillWork)) {
+        this.finishPrefill(seq);
+      } else if (seq.state === "decode" && seq.decodeFrac >= 1 - EPS) {
+        this.decodeStep(seq);
+      }
+    }
+  }
+
+  private finishPrefill(seq: Sequence): void {
+    this.commit(seq, seq.contextTokens);
+    seq.state = "decode";
+    seq.decodeFrac = 0;
+    this.emit(seq);
+  }
+
+  private decodeStep(seq: Sequence): void {
+    // Producing the next token writes the KV of the last one: make room for it first.
+    const need = Math.ceil(seq.contextTokens / this.options.blockTokens);
+    while (seq.blocks.length < need) {
+      const id = this.pool.grow();
+      if (id !== null) {
+        seq.blocks.push(id);
+        continue;
+      }
+      const victim = this.running[this.running.length - 1]!;
+      this.preempt(victim);
+      if (victim === seq) return;
+    }
+    seq.decodeFrac = Math.max(0, seq.decodeFrac - 1);
+    this.commit(seq, seq.contextTokens);
+    this.emit(seq);
+  }
+
+  private emit(seq: Sequence): void {
+    const index = seq.generated;
+    const text = this.tokenizer.word(seq.seed, index);
+    seq.genText += text;
+    seq.generated++;
+    this.stats.generation_tokens_total++;
+    if (index === 0) {
+      seq.firstTokenMs = this.clock.now();
+      seq.firstTokenModel = this.modelTime;
+      this.ttft.observe((seq.firstTokenMs - seq.arrivalMs) / 1000);
+    }
+    if (!seq.endRequested) seq.listener.onToken?.(text, index);
+    if (seq.generated >= seq.maxTokens && !seq.endRequested) seq.endRequested = seq.finishReason;
+    if (seq.endRequested) this.pendingEnds.push(seq);
+  }
+
+  /** End the sequences asked to end (finished, cancelled, faulted, reset) and free their KV. */
+  private drainEnds(extra: Sequence[] = []): void {
+    const ends = [...this.pendingEnds, ...extra];
+    this.pendingEnds = [];
+    for (const seq of ends) {
+      if (seq.state === "done") continue;
+      const reason = seq.endRequested ?? "reset";
+      if (seq.state === "prefill") this.commit(seq, this.prefillComputed(seq));
+      this.releaseBlocks(seq);
+      this.running = this.running.filter((s) => s !== seq);
+      this.waiting = this.waiting.filter((s) => s !== seq);
+      seq.state = "done";
+      if (reason === "stop" || reason === "length") {
+        this.stats.completed_total++;
+        this.finished[reason]++;
+      } else if (reason === "cancelled" || reason === "fault") {
+        this.finished.abort++;
+        if (reason === "cancelled") this.stats.cancelled_total++;
+      }
+      const result: SequenceResult = {
+        reason,
+        text: seq.genText,
+        promptTokens: seq.promptTokens,
+        completionTokens: seq.generated,
+        cachedTokens: seq.cachedTokens,
+        ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
+        ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
+      };
+      seq.resolve(result);
+      seq.listener.onEnd?.(result);
+    }
+  }
+
+  /** FCFS admission; stops at the first request that does not fit (head-of-line, like vLLM). */
+  private admit(): void {
+    while (this.waiting.length > 0 && this.running.length < this.options.maxSeqs) {
+      const head = this.waiting[0]!;
+      if (this.blockedHead?.seq === head && this.blockedHead.epoch === this.poolEpoch) return;
+      if (!this.tryAdmit(head)) {
+        this.blockedHead = { seq: head, epoch: this.poolEpoch };
+        return;
+      }
+      this.blockedHead = undefined;
+      this.waiting.shift();
+      this.running.push(head);
+    }
+  }
+
+  private tryAdmit(seq: Sequence): boolean {
+    const B = this.options.blockTokens;
+    const context = seq.contextTokens;
+    // Like vLLM, at least the last token is always computed, so a fully cached prompt still
+    // recomputes its last block.
+    const maxHit = this.options.prefixCache ? Math.min(this.fullBlocks(seq), Math.floor((context - 1) / B)) : 0;
+    const hits: number[] = [];
+    for (let b = 0; b < maxHit; b++) {
+      const id = this.pool.lookup(this.hashAt(seq, b));
+      if (id === undefined) break;
+      hits.push(id);
+    }
+    const ids = this.pool.allocate(hits, Math.ceil(context / B) - hits.length);
+    if (!ids) return false;
+    const cached = hits.length * B;
+    seq.blocks = ids;
+    seq.committed = hits.length;
+    seq.base = cached;
+    seq.prefillWork = context - cached + this.options.cachedTokenCost * cached;
+    seq.prefillDone = 0;
+    seq.state = "prefill";
+    this.stats.prefix_cache_queries_total += context;
+    this.stats.prefix_cache_hits_total += cached;
+    if (seq.admissions === 0) {
+      seq.cachedTokens = cached;
+      this.stats.cached_tokens_total += cached;
+    }
+    seq.admissions++;
+    return true;
+  }
+
+  private preempt(seq: Sequence): void {
+    this.commit(seq, seq.state === "prefill" ? this.prefillComputed(seq) : seq.contextTokens - 1);
+    this.releaseBlocks(seq);
+    this.running = this.running.filter((s) => s !== seq);
+    this.waiting.unshift(seq);
+    seq.state = "waiting";
+    seq.decodeFrac = 0;
+    this.stats.preemptions_total++;
+  }
+
+  private releaseBlocks(seq: Sequence): void {
+    if (seq.blocks.length === 0) return;
+    this.pool.release(seq.blocks);
+    seq.blocks = [];
+    seq.committed = 0;
+    this.poolEpoch++;
+  }
+
+  /** Tokens whose KV a prefilling sequence has computed so far (chunked prefill caches as it goes). */
+  private prefillComputed(seq: Sequence): number {
+    const fraction = seq.prefillWork === 0 ? 1 : Math.min(1, seq.prefillDone / seq.prefillWork);
+    return seq.base + Math.floor((seq.contextTokens - seq.base) * fraction);
+  }
+
+  private commitPrefillProgress(): void {
+    for (const seq of this.running) if (seq.state === "prefill") this.commit(seq, this.prefillComputed(seq));
+  }
+
+  /** Publish the full blocks among the first `computedTokens` tokens under their chained hashes. */
+  private commit(seq: Sequence, computedTokens: number): void {
+    if (!this.options.prefixCache) return;
+    const limit = Math.min(Math.floor(computedTokens / this.options.blockTokens), this.fullBlocks(seq), seq.blocks.length);
+    for (let b = seq.committed; b < limit; b++) this.pool.commit(seq.blocks[b]!, this.hashAt(seq, b));
+    if (limit > seq.committed) {
+      seq.committed = limit;
+      this.poolEpoch++;
+    }
+  }
+
+  /** Blocks whose every character is known (a block ending mid-token is not full). */
+  private fullBlocks(seq: Sequence): number {
+    return Math.floor((seq.prompt.length + seq.genText.length) / this.blockChars);
+  }
+
+  private hashAt(seq: Sequence, b: number): BlockHash {
+    while (seq.hashes.length <= b) {
+      const k = seq.hashes.length;
+      const parent = k === 0 ? rootHash(seq.salt) : seq.hashes[k - 1]!;
+      seq.hashes.push(chainHash(parent, this.textSlice(seq, k * this.blockChars, (k + 1) * this.blockChars)));
+    }
+    return seq.hashes[b]!;
+  }
+
+  private textSlice(seq: Sequence, start: number, end: number): string {
+    const p = seq.prompt.length;
+    if (end <= p) return seq.prompt.slice(start, end);
+    if (start >= p) return seq.genText.slice(start - p, end - p);
+    return seq.prompt.slice(start) + seq.genText.slice(0, end - p);
+  }
+
+  private armTimer(): void {
+    const next = this.nextEvent();
+    if (next.at === Infinity) {
+      if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+      this.timer = undefined;
+      this.timerAt = Infinity;
+      return;
+    }
+    let delayMs = Math.max(0, (next.at - this.modelNow()) * 1000 * this.options.timeScale);
+    // Decode tokens are coalesced (a few ms of real time); first tokens are timed exactly.
+    if (!next.prefill) delayMs = Math.max(delayMs, this.options.minTickMs);
+    const at = this.clock.now() + Math.ceil(delayMs);
+    if (this.timer !== undefined && this.timerAt === at) return;
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timerAt = at;
+    this.timer = this.clock.setTimer(Math.ceil(delayMs), () => {
+      this.timer = undefined;
+      this.timerAt = Infinity;
+      this.sync();
+    });
+  }
+}
