@@ -13,6 +13,7 @@ const subCommands = {
   check: () => import("./commands/check.ts").then((m) => m.default),
   status: () => import("./commands/status.ts").then((m) => m.default),
   units: () => import("./commands/units.ts").then((m) => m.default),
+  sim: () => import("./sim/command.ts").then((m) => m.default),
 } satisfies Record<string, () => Promise<CommandDef<any>>>;
 
 export const main = defineCommand({

@@ -1,0 +1,134 @@
+/**
+ * `llmroute sim`: one simulated replica, or a fleet with --replicas. Prints one readiness
+ * line per replica on stderr (`sim gpu0 listening on http://127.0.0.1:8001`), a router.toml
+ * fragment on stdout, and runs until SIGINT/SIGTERM, then stops its servers and returns 0.
+ */
+import { defineCommand, type ArgsDef } from "citty";
+import { LlmrouteError } from "../errors.ts";
+import { PROFILES, type SimOptions } from "./options.ts";
+import { routerTomlSnippet, startSim, startSimFleet, type SimServer } from "./server.ts";
+
+/** Numeric flags: CLI name → option key. */
+const NUMBER_FLAGS = {
+  "kv-tokens": "kvTokens",
+  "block-tokens": "blockTokens",
+  "prefill-tps": "prefillTps",
+  "cached-token-cost": "cachedTokenCost",
+  "decode-tps": "decodeTps",
+  "decode-batch-slowdown": "decodeBatchSlowdown",
+  "max-seqs": "maxSeqs",
+  "max-model-len": "maxModelLen",
+  "chars-per-token": "charsPerToken",
+  "default-max-tokens": "defaultMaxTokens",
+  "time-scale": "timeScale",
+  "fail-next": "failNext",
+  "fail-status": "failStatus",
+  "stall-ms": "stallMs",
+  "stall-next": "stallNext",
+  "close-after-chunks": "closeAfterChunks",
+  "close-next": "closeNext",
+  "startup-delay-ms": "startupDelayMs",
+} as const satisfies Record<string, keyof SimOptions>;
+
+const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
+  "kv-tokens": "KV pool size in tokens (3090: 122636)",
+  "block-tokens": "Tokens per KV block (16)",
+  "prefill-tps": "Prefill tokens/s of the card, shared by concurrent prefills (3090: 4000)",
+  "cached-token-cost": "Cost of a cached prompt token relative to an uncached one (0.05)",
+  "decode-tps": "Decode tokens/s of one sequence alone (3090: 40)",
+  "decode-batch-slowdown": "Decode slowdown per extra running sequence (0.03)",
+  "max-seqs": "Most sequences running at once (3090: 64)",
+  "max-model-len": "Longest prompt + completion (default: the KV pool)",
+  "chars-per-token": "Characters per token of the stand-in tokenizer (4)",
+  "default-max-tokens": "Tokens generated when a request sets no max_tokens",
+  "time-scale": "Multiplies every duration (0.01 = 100x faster than the modelled card)",
+  "fail-next": "Fail the next N generation requests with --fail-status",
+  "fail-status": "Status for --fail-next (503)",
+  "stall-ms": "Real ms to wait before the first byte of each generation response",
+  "stall-next": "Requests --stall-ms applies to (-1 = all)",
+  "close-after-chunks": "Cut the next streaming response after K SSE events (-1 = off)",
+  "close-next": "Streaming responses --close-after-chunks applies to (1; -1 = all)",
+  "startup-delay-ms": "Real ms of 503 'loading' after start",
+};
+
+const args = {
+  port: { type: "string", description: "Port to listen on (0 = ephemeral)", default: "8001" },
+  host: { type: "string", description: "Address to bind", default: "127.0.0.1" },
+  name: { type: "string", description: "Replica name (single replica; a fleet is gpu0, gpu1, …)" },
+  replicas: { type: "string", description: "Start a fleet of N replicas in this process", default: "1" },
+  "base-port": { type: "string", description: "First port of a fleet (replica i on base-port + i; 0 = ephemeral)" },
+  model: { type: "string", description: "Served model id", default: "sim-model" },
+  profile: { type: "enum", options: Object.keys(PROFILES), description: "Calibrated profile", default: "3090" },
+  ...(Object.fromEntries(
+    Object.entries(HELP).map(([flag, description]) => [flag, { type: "string", description }]),
+  ) as Record<keyof typeof NUMBER_FLAGS, { type: "string"; description: string }>),
+  "prefix-cache": { type: "boolean", description: "Reuse cached prefixes (--no-prefix-cache disables)", default: true },
+  verbose: { type: "boolean", description: "Log one line per request on stderr", default: false },
+} satisfies ArgsDef;
+
+type ParsedArgs = Record<string, string | boolean | undefined>;
+
+/** The options a command line asks for (pure; throws LlmrouteError "usage" on a bad number). */
+export function simOptionsFromArgs(parsed: ParsedArgs): {
+  options: Partial<SimOptions>;
+  replicas: number;
+  port: number;
+  basePort: number | undefined;
+  hostname: string;
+} {
+  const number = (flag: string, value: unknown): number => {
+    const n = typeof value === "string" && value.trim() !== "" ? Number(value) : Number.NaN;
+    if (!Number.isFinite(n)) throw new LlmrouteError("usage", `sim: --${flag} ${JSON.stringify(value)}: not a number`);
+    return n;
+  };
+  const options: Partial<SimOptions> = {
+    model: String(parsed.model ?? "sim-model"),
+    profile: String(parsed.profile ?? "3090") as SimOptions["profile"],
+    prefixCache: parsed["prefix-cache"] !== false,
+    verbose: parsed.verbose === true,
+  };
+  for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {
+    const value = parsed[flag];
+    if (value !== undefined) (options as Record<string, unknown>)[key] = number(flag, value);
+  }
+  const replicas = number("replicas", parsed.replicas ?? "1");
+  if (typeof parsed.name === "string") {
+    if (replicas > 1) throw new LlmrouteError("usage", "sim: --name names a single replica; a fleet is named gpu0, gpu1, …");
+    options.name = parsed.name;
+  }
+  const port = number("port", parsed.port ?? "8001");
+  const basePort = parsed["base-port"] === undefined ? undefined : number("base-port", parsed["base-port"]);
+  for (const [flag, p] of [["port", port], ["base-port", basePort]] as const) {
+    if (p !== undefined && (!Number.isInteger(p) || p < 0 || p > 65535)) throw new LlmrouteError("usage", `sim: --${flag} ${p}: not a port`);
+  }
+  return { options, replicas, port, basePort, hostname: String(parsed.host ?? "127.0.0.1") };
+}
+
+export default defineCommand({
+  meta: { name: "sim", description: "Run simulated OpenAI-compatible engine replicas with a vLLM-like prefix cache" },
+  args,
+  async run({ args: parsed }) {
+    const { options, replicas, port, basePort, hostname } = simOptionsFromArgs(parsed as ParsedArgs);
+    const servers: SimServer[] =
+      replicas === 1 && basePort === undefined
+        ? [await startSim({ ...options, port, hostname })]
+        : await startSimFleet({ ...options, replicas, basePort: basePort ?? port, hostname });
+    for (const s of servers) process.stderr.write(`sim ${s.name} listening on ${s.url}\n`);
+    process.stdout.write(`# router.toml\n${routerTomlSnippet(servers)}\n`);
+    await untilSignal();
+    await Promise.all(servers.map((s) => s.stop()));
+    return 0;
+  },
+});
+
+function untilSignal(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    const on = (signal: NodeJS.Signals) => {
+      process.off("SIGINT", on);
+      process.off("SIGTERM", on);
+      resolve(signal);
+    };
+    process.on("SIGINT", on);
+    process.on("SIGTERM", on);
+  });
+}

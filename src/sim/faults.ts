@@ -1,0 +1,127 @@
+/**
+ * Fault knobs, set at start (CLI flags / options) or at runtime (POST /sim/faults).
+ *
+ * - `fail_next: N` — the next N generation requests get `fail_status` (default 503) and an
+ *   error body, before any generation. Setting it replaces the remaining count.
+ * - `stall_ms: M` — wait M real (unscaled) ms before the first byte of a generation
+ *   response; applies to every request until cleared with 0, or only to the next
+ *   `stall_next` requests when that is given.
+ * - `close_after_chunks: K` — the next streaming response is cut (connection destroyed,
+ *   sequence stopped, KV freed) after K SSE events; K = 0 destroys it before any byte.
+ *   Applies to the next `close_next` streaming requests (default 1; -1 = all until
+ *   cleared with `close_after_chunks: -1`). Non-streaming requests do not consume it.
+ * - `startup_delay_ms: D` — /health and the API answer 503 "loading" for D real ms from
+ *   now (from start when given as an option).
+ */
+import { ApiError } from "./_api-error.ts";
+import type { Clock } from "./clock.ts";
+import type { FaultOptions } from "./options.ts";
+import { isRecord } from "./template.ts";
+
+export class Faults {
+  private readonly clock: Clock;
+  private readonly initial: FaultOptions;
+  failNext: number;
+  failStatus: number;
+  stallMs: number;
+  stallNext: number;
+  closeAfterChunks: number;
+  closeNext: number;
+  readyAtMs: number;
+
+  constructor(options: FaultOptions, clock: Clock) {
+    this.clock = clock;
+    this.initial = { ...options };
+    this.failNext = options.failNext;
+    this.failStatus = options.failStatus;
+    this.stallMs = options.stallMs;
+    this.stallNext = options.stallNext;
+    this.closeAfterChunks = options.closeAfterChunks;
+    this.closeNext = options.closeNext;
+    this.readyAtMs = clock.now() + options.startupDelayMs;
+  }
+
+  loading(): boolean {
+    return this.clock.now() < this.readyAtMs;
+  }
+
+  /** The status to fail this request with, consuming one `fail_next`; undefined = no failure. */
+  takeFailure(): number | undefined {
+    if (this.failNext <= 0) return undefined;
+    this.failNext--;
+    return this.failStatus;
+  }
+
+  /** Real ms to stall this request (consuming one `stall_next`), 0 = none. */
+  takeStall(): number {
+    if (this.stallMs <= 0 || this.stallNext === 0) return 0;
+    if (this.stallNext > 0) this.stallNext--;
+    return this.stallMs;
+  }
+
+  /** SSE events after which this streaming response is cut (consuming one `close_next`), -1 = never. */
+  takeClose(): number {
+    if (this.closeAfterChunks < 0 || this.closeNext === 0) return -1;
+    if (this.closeNext > 0) this.closeNext--;
+    return this.closeAfterChunks;
+  }
+
+  /** Apply a POST /sim/faults body. Throws ApiError 400 naming the bad field. */
+  update(body: unknown): void {
+    if (!isRecord(body)) throw new ApiError(400, "/sim/faults takes a JSON object");
+    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms"];
+    for (const key of Object.keys(body)) {
+      if (!known.includes(key)) throw new ApiError(400, `unknown fault ${JSON.stringify(key)}; known: ${known.join(", ")}`, { param: key });
+    }
+    const int = (key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined => {
+      const value = body[key];
+      if (value === undefined) return undefined;
+      if (value === null) return min === -1 ? -1 : 0;
+      if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+        throw new ApiError(400, `${key} must be an integer in ${min}..${max}`, { param: key });
+      }
+      return value;
+    };
+    const failNext = int("fail_next", 0);
+    const failStatus = int("fail_status", 400, 599);
+    const stallMs = int("stall_ms", 0);
+    const stallNext = int("stall_next", -1);
+    const closeAfter = int("close_after_chunks", -1);
+    const closeNext = int("close_next", -1);
+    const startupDelay = int("startup_delay_ms", 0);
+    if (failStatus !== undefined) this.failStatus = failStatus;
+    if (failNext !== undefined) this.failNext = failNext;
+    if (stallMs !== undefined) {
+      this.stallMs = stallMs;
+      this.stallNext = stallNext ?? -1;
+    } else if (stallNext !== undefined) this.stallNext = stallNext;
+    if (closeAfter !== undefined) {
+      this.closeAfterChunks = closeAfter;
+      this.closeNext = closeNext ?? 1;
+    } else if (closeNext !== undefined) this.closeNext = closeNext;
+    if (startupDelay !== undefined) this.readyAtMs = this.clock.now() + startupDelay;
+  }
+
+  /** Back to no faults at all (start-up delay included). */
+  clear(): void {
+    this.failNext = 0;
+    this.failStatus = this.initial.failStatus;
+    this.stallMs = 0;
+    this.stallNext = -1;
+    this.closeAfterChunks = -1;
+    this.closeNext = 1;
+    this.readyAtMs = this.clock.now();
+  }
+
+  snapshot() {
+    return {
+      fail_next: this.failNext,
+      fail_status: this.failStatus,
+      stall_ms: this.stallMs,
+      stall_next: this.stallNext,
+      close_after_chunks: this.closeAfterChunks,
+      close_next: this.closeNext,
+      loading_ms_left: Math.max(0, Math.ceil(this.readyAtMs - this.clock.now())),
+    };
+  }
+}
