@@ -1,0 +1,132 @@
+/**
+ * Failover: before the first byte a failed replica is demoted and the request retried on a
+ * live one; after it, never. Real processes; a replica is killed or told to fail.
+ */
+import Anthropic from "@anthropic-ai/sdk";
+import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { killAll } from "../helpers/proc.ts";
+
+afterEach(killAll);
+afterAll(killAll);
+
+const ask = (content: string) => ({ model: "sim-model", messages: [{ role: "user" as const, content }], max_tokens: 2 });
+
+/** A port nothing listens on. */
+async function closedPort(): Promise<string> {
+  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const url = `http://127.0.0.1:${server.port}`;
+  await server.stop(true);
+  return url;
+}
+
+describe("before the first byte: demote and retry", () => {
+  it("a replica killed mid-run: six sequential requests during the stop, six 200s, one logged failover", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    const client = router.client();
+    await client.chat.completions.create(ask("warm up")); // → gpu0 (counter 0)
+
+    await gpu1.kill("SIGKILL");
+    const results: { status: number; replica: string | null; route: string | null }[] = [];
+    for (let i = 0; i < 6; i++) {
+      const { response } = await client.chat.completions.create(ask(`during the stop ${i}`)).withResponse();
+      results.push({ status: response.status, replica: response.headers.get("x-llmroute-replica"), route: response.headers.get("x-llmroute-route") });
+    }
+    expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(results.every((r) => r.replica === "gpu0")).toBe(true);
+    expect(results.filter((r) => r.route?.endsWith(",failover"))).toHaveLength(1);
+    const failovers = logRecords(router, "failover");
+    expect(failovers).toHaveLength(1);
+    expect(failovers[0]).toMatchObject({ replica: "gpu1", reason: "connection refused" });
+    expect(logRecords(router, "replica down")).toHaveLength(1);
+  });
+
+  it("a 503 from the engine (e.g. a full queue) fails over; a pinned conversation moves and stays", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    const client = router.client();
+    const messages = [
+      { role: "user" as const, content: "a conversation" },
+      { role: "assistant" as const, content: "ok" },
+      { role: "user" as const, content: "turn 2" },
+    ];
+    const first = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }).withResponse();
+    const owner = first.response.headers.get("x-llmroute-replica")!;
+    const [ownerSim, other] = owner === "gpu0" ? [gpu0, gpu1] : [gpu1, gpu0];
+
+    await ownerSim.faults({ fail_next: 1, fail_status: 503 });
+    messages.push({ role: "assistant", content: "ok" }, { role: "user", content: "turn 3" });
+    const moved = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }).withResponse();
+    expect(moved.response.status).toBe(200);
+    // the retry is a fresh decision among the others: the moved conversation is spread, then remembered
+    expect(moved.response.headers.get("x-llmroute-route")).toBe("spread,failover");
+    expect(moved.response.headers.get("x-llmroute-replica")).toBe(other.name);
+
+    // the owner comes back (its next health check passes) but the conversation stays put
+    await until(async () => ((await (await fetch(`${router.url}/health`)).json()) as { healthy: string[] }).healthy.length === 2, "the owner back up");
+    messages.push({ role: "assistant", content: "ok" }, { role: "user", content: "turn 4" });
+    const stays = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }).withResponse();
+    expect(stays.response.headers.get("x-llmroute-replica")).toBe(other.name);
+    expect(stays.response.headers.get("x-llmroute-route")).toBe("pin");
+  });
+});
+
+describe("after the first byte: never retried", () => {
+  it("an upstream that breaks mid-stream ends the client's stream with an error event, and no other replica is asked", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    await gpu0.faults({ close_after_chunks: 2 });
+    const stream = await router.client().chat.completions.create({ ...ask("break me"), max_tokens: 20, stream: true });
+    const received: string[] = [];
+    const error = await (async () => {
+      for await (const chunk of stream) received.push(chunk.choices[0]?.delta?.content ?? "");
+    })().catch((e) => e);
+    expect(received.length).toBeGreaterThanOrEqual(1);
+    expect(received.length).toBeLessThan(20);
+    expect(error).toBeInstanceOf(Error);
+    expect(String(error.message)).toContain("gpu0 failed mid-stream");
+    expect((await gpu1.state()).requests_total).toBe(0);
+    expect(logRecords(router, "failover")).toHaveLength(0);
+    expect(logRecords(router, "upstream failed mid-response")).toHaveLength(1);
+  });
+
+  it("a client that disconnects aborts the upstream request: the engine stops and frees the KV", async () => {
+    const gpu0 = await startSimProc("gpu0", ["--decode-tps", "50"]);
+    const router = await startRouterProc([gpu0]);
+    const abort = new AbortController();
+    const stream = await router.client().chat.completions.create({ ...ask("a long answer"), max_tokens: 2000, stream: true }, { signal: abort.signal });
+    for await (const _ of stream) break; // first chunk arrived: generation is running
+    abort.abort();
+    const state = await until(async () => {
+      const s = await gpu0.state();
+      return s.cancelled_total === 1 && s.running === 0 ? s : undefined;
+    }, "the sim to see the cancel");
+    expect(state.completed_total).toBe(0);
+    expect(await until(() => logRecords(router, "request").find((r) => r.outcome === "client_cancelled"), "the cancelled request's log line")).toMatchObject({ replica: "gpu0" });
+  });
+});
+
+describe("no live replica", () => {
+  it("→ 503 in OpenAI error JSON, Anthropic error JSON on /v1/messages, and /health 503", async () => {
+    const router = await startRouterProc([{ name: "gone", url: await closedPort() }]);
+    const error = await router.client().chat.completions.create(ask("anyone?")).catch((e) => e);
+    expect(error.status).toBe(503);
+    expect(error.error).toMatchObject({ type: "ServiceUnavailableError", code: 503 });
+    const anthropic = new Anthropic({ baseURL: router.url, apiKey: "unused", maxRetries: 0 });
+    const aerr = await anthropic.messages.create({ model: "sim-model", max_tokens: 1, messages: [{ role: "user", content: "x" }] }).catch((e) => e);
+    expect(aerr.status).toBe(503);
+    expect(aerr.error).toMatchObject({ type: "error", error: { type: "overloaded_error" } });
+    expect((await fetch(`${router.url}/health`)).status).toBe(503);
+  });
+
+  it("when every replica fails before the first byte, the 503 names each failure", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    await Promise.all([gpu0.faults({ fail_next: 1 }), gpu1.faults({ fail_next: 1 })]);
+    const error = await router.client().chat.completions.create(ask("unlucky")).catch((e) => e);
+    expect(error.status).toBe(503);
+    expect(error.error.message).toContain("gpu0: HTTP 503");
+    expect(error.error.message).toContain("gpu1: HTTP 503");
+  });
+});
