@@ -36,7 +36,16 @@ export async function runCli(rawArgs: string[]): Promise<number> {
     return 0;
   }
   try {
-    const { result } = await runCommand(main, { rawArgs });
+    // citty drops a subcommand's return value, so resolve the subcommand here: its result
+    // is the exit code (probe's verdict, status's health).
+    const [name, ...rest] = rawArgs;
+    if (!name || !(name in subCommands)) {
+      await showUsage(main);
+      consola.error(`Unknown command ${name ?? ""}`.trim());
+      return 2;
+    }
+    const command = await subCommands[name as keyof typeof subCommands]();
+    const { result } = await runCommand(command, { rawArgs: rest });
     return typeof result === "number" ? result : 0;
   } catch (error) {
     if (error instanceof LlmrouteError) {
