@@ -15,7 +15,8 @@ export async function createHasher(): Promise<Hasher> {
   const h = await createXXHash64();
   return {
     link(prev, marker, text) {
-      return h.init().update(prev).update(marker).update(text).digest("hex");
+      // One update of the joined string: half the cost of three (bench/decision.ts).
+      return h.init().update(prev + marker + text).digest("hex");
     },
     hash(text) {
       return h.init().update(text).digest("hex");
