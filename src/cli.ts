@@ -14,6 +14,7 @@ const subCommands = {
   status: () => import("./commands/status.ts").then((m) => m.default),
   units: () => import("./commands/units.ts").then((m) => m.default),
   sim: () => import("./sim/command.ts").then((m) => m.default),
+  probe: () => import("./probe/command.ts").then((m) => m.default),
 } satisfies Record<string, () => Promise<CommandDef<any>>>;
 
 export const main = defineCommand({
