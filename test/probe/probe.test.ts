@@ -13,6 +13,12 @@ import { runCli } from "../helpers/proc.ts";
 // 8k tokens on the 3090 profile is a 2 s cold prefill; at 0.05 that is ~100 ms, warm ~5 ms.
 const TIME_SCALE = 0.05;
 const TOKENS = "8000";
+// The --via replicas run slower: the short-prefix turns are almost wholly cached, and at 0.05
+// their prefill (~0.2 ms real) is short enough that the sim can finish it inside
+// engine.submit() and crash its own stream handler (a sim bug, reported, not ours to fix).
+// At 0.5 a 2k-token cold turn is 250 ms and the short turns stay well clear of that race.
+const VIA_TIME_SCALE = 0.5;
+const VIA_TOKENS = "2000";
 
 let cached: SimServer;
 let uncached: SimServer;
@@ -37,8 +43,8 @@ beforeAll(async () => {
     startSim({ name: "cached", timeScale: TIME_SCALE }),
     startSim({ name: "uncached", timeScale: TIME_SCALE, prefixCache: false }),
     startSim({ name: "busy", timeScale: TIME_SCALE }),
-    startSim({ name: "gpu0", timeScale: TIME_SCALE }),
-    startSim({ name: "gpu1", timeScale: TIME_SCALE }),
+    startSim({ name: "gpu0", timeScale: VIA_TIME_SCALE }),
+    startSim({ name: "gpu1", timeScale: VIA_TIME_SCALE }),
   ]);
   [hybrid, roundrobin] = await Promise.all([
     startRouter(routerConfig("hybrid", fleet), { log: memoryLog() }),
@@ -256,8 +262,8 @@ describe("--replica / --all from router.toml", () => {
 
 describe("--via a running llmroute", () => {
   it("hybrid pins the conversation (long and short shared prefix) and warm turns are fast: exit 0", async () => {
-    const { code, stdout } = await probe("--via", hybrid.url, "--tokens", TOKENS, "--json");
-    expect(code).toBe(0);
+    const { code, stdout, stderr } = await probe("--via", hybrid.url, "--tokens", VIA_TOKENS, "--json");
+    expect({ code, stderr }).toEqual({ code: 0, stderr: expect.any(String) });
     const r = json(stdout);
     const [long, short] = r.figures;
     expect(long.pinned).toBe(true);
@@ -269,7 +275,7 @@ describe("--via a running llmroute", () => {
   });
 
   it("roundrobin is reported as not pinned, naming the replica of every turn: exit 1", async () => {
-    const { code, stdout } = await probe("--via", roundrobin.url, "--tokens", TOKENS);
+    const { code, stdout } = await probe("--via", roundrobin.url, "--tokens", VIA_TOKENS);
     expect(code).toBe(1);
     expect(stdout).toMatch(/verdict {2}1: not pinned: gpu(0|1) -> gpu(0|1) -> gpu(0|1) -> gpu(0|1) \(n=4 turns\)/);
     expect(stdout).toMatch(/pinned: NO \((gpu0 -> gpu1|gpu1 -> gpu0) -> /);
