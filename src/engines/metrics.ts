@@ -44,7 +44,18 @@ export function total(metrics: Map<string, Sample[]>, name: string): number | un
 }
 
 export type EngineFamily = "vllm" | "sglang" | "llamacpp";
-export type Signal = "running" | "waiting" | "kv_usage" | "prefix_queries" | "prefix_hits" | "cache_hit_rate" | "prompt_tokens" | "ttft";
+export type Signal =
+  | "running"
+  | "waiting"
+  | "kv_usage"
+  | "prefix_queries"
+  | "prefix_hits"
+  | "cache_hit_rate"
+  | "prompt_tokens"
+  | "generation_tokens"
+  | "preemptions"
+  | "kv_capacity"
+  | "ttft";
 
 /** Known names per family and signal, newest first. A signal missing from a family has no entry. */
 export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, string[]>>> = {
@@ -55,6 +66,9 @@ export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, string[
     prefix_queries: ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
     prefix_hits: ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
     prompt_tokens: ["vllm:prompt_tokens_total"],
+    generation_tokens: ["vllm:generation_tokens_total"],
+    preemptions: ["vllm:num_preemptions_total"],
+    // a histogram: its _count series says whether it is exposed
     ttft: ["vllm:time_to_first_token_seconds_count"],
   },
   sglang: {
@@ -62,6 +76,7 @@ export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, string[
     waiting: ["sglang:num_queue_reqs"],
     kv_usage: ["sglang:token_usage"],
     cache_hit_rate: ["sglang:cache_hit_rate"],
+    kv_capacity: ["sglang:max_total_num_tokens"],
     prompt_tokens: ["sglang:prompt_tokens_total"],
     ttft: ["sglang:time_to_first_token_seconds_count"],
   },
@@ -69,6 +84,7 @@ export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, string[
     running: ["llamacpp:requests_processing"],
     waiting: ["llamacpp:requests_deferred"],
     prompt_tokens: ["llamacpp:prompt_tokens_total"],
+    kv_capacity: ["llamacpp:n_tokens_max"],
   },
 };
 
@@ -82,14 +98,15 @@ export interface EngineReading {
   missing: Signal[];
 }
 
-/** Which family the endpoint belongs to (by metric prefix), and its signals. */
-export function readEngine(metrics: Map<string, Sample[]>): EngineReading {
+/** Which family the endpoint belongs to (by metric prefix), and its signals (all, or only `wanted`). */
+export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Signal[]): EngineReading {
   const names = [...metrics.keys()];
   const family = (["vllm", "sglang", "llamacpp"] as const).find((f) => names.some((n) => n.startsWith(`${f}:`)));
   const reading: EngineReading = { values: {}, found: {}, missing: [] };
   if (!family) return reading;
   reading.family = family;
   for (const [signal, candidates] of Object.entries(ENGINE_METRICS[family]) as [Signal, string[]][]) {
+    if (wanted && !wanted.includes(signal)) continue;
     const name = candidates.find((n) => metrics.has(n));
     if (name === undefined) {
       reading.missing.push(signal);

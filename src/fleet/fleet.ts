@@ -16,6 +16,9 @@ export interface ModelCard {
 
 export type FetchLike = (input: string | URL | Request, init?: RequestInit & { timeout?: number | boolean }) => Promise<Response>;
 
+/** The engine signals the router uses (others are the probe's business). */
+const LOAD_SIGNALS = ["running", "waiting", "kv_usage"] as const;
+
 /** Default characters per token before any usage is observed. */
 export const DEFAULT_CHARS_PER_TOKEN = 4;
 
@@ -204,7 +207,7 @@ export class Fleet {
         await res.body?.cancel();
         throw new Error(`HTTP ${res.status}`);
       }
-      const reading = readEngine(parsePrometheus(await res.text()));
+      const reading = readEngine(parsePrometheus(await res.text()), LOAD_SIGNALS);
       replica.engine = { ...reading, at };
       replica.engineWaiting = reading.values.waiting ?? 0;
       if (!reading.family) replica.engine.error = "no vLLM, SGLang or llama.cpp metric names found";

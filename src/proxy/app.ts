@@ -10,6 +10,9 @@ import { endpointOf } from "../route/shape.ts";
 import { errorResponse } from "./errors.ts";
 import type { Proxy } from "./proxy.ts";
 
+/** Engine endpoints outside /v1 that clients (and `llmroute probe --via`) use. */
+const ENGINE_EXTRAS = new Set(["/tokenize", "/detokenize"]);
+
 export interface AppDeps {
   fleet: Fleet;
   proxy: Proxy;
@@ -35,7 +38,7 @@ export function createApp(deps: AppDeps): App {
       if (path === "/health" && read) return health(deps.fleet);
 
       const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics");
-      const api = deps.serves.api && path.startsWith("/v1/");
+      const api = deps.serves.api && (path.startsWith("/v1/") || ENGINE_EXTRAS.has(path));
       if (!admin && !api) {
         return errorResponse("other", 404, `no route for ${req.method} ${path}`);
       }

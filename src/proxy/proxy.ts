@@ -104,6 +104,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
         return reject(400, `request body is not valid JSON: ${(error as Error).message}`);
       }
       if (!body || typeof body !== "object" || Array.isArray(body)) return reject(400, "request body must be a JSON object");
+    } else if (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json")) {
+      // Other endpoints (/tokenize, …) pass through as they are; their `model` still picks the pool.
+      try {
+        body = JSON.parse(new TextDecoder().decode(bytes));
+      } catch {
+        body = undefined;
+      }
     }
 
     const shape = shapeOf(endpoint, body, req.headers.get("x-llmroute-tenant"));

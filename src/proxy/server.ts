@@ -99,7 +99,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
       fetch(req, srv) {
         // A cold prefill can keep a response silent for minutes; don't let the idle timer cut it.
-        if (req.url.includes("/v1/")) srv.timeout(req, 0);
+        if (!req.url.endsWith("/health")) srv.timeout(req, 0);
         return handler.fetch(req);
       },
       error(error) {

@@ -115,9 +115,19 @@ describe("routing through the router", () => {
     expect(await health.json()).toMatchObject({ status: "ok", healthy: ["gpu0", "gpu1"] });
   });
 
-  it("other /v1/* paths pass through to a replica", async () => {
+  it("other /v1/* paths and the engines' /tokenize pass through to a replica", async () => {
     const res = await fetch(`${router.url}/v1/models/sim-model`);
     expect(res.headers.get("x-llmroute-replica")).toMatch(/^gpu[01]$/);
+    const tok = await fetch(`${router.url}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "sim-model", prompt: "x".repeat(400) }),
+    });
+    expect(tok.status).toBe(200);
+    expect(tok.headers.get("x-llmroute-replica")).toMatch(/^gpu[01]$/);
+    expect(((await tok.json()) as { count: number }).count).toBe(100);
+    const unknown = await fetch(`${router.url}/tokenize`, { method: "POST", body: JSON.stringify({ model: "nope", prompt: "x" }), headers: { "content-type": "application/json" } });
+    expect(unknown.status).toBe(404);
   });
 });
 
