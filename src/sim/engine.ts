@@ -168,6 +168,8 @@ export class Histogram {
 }
 
 const EPS = 1e-9;
+/** Model seconds within which an event counts as due. */
+const DUE_SLACK_S = 1e-7;
 
 export class SimEngine {
   readonly options: EngineOptions;
@@ -190,6 +192,7 @@ export class SimEngine {
   /** Bumped whenever blocks are released or cached, so a blocked queue head is retried only then. */
   private poolEpoch = 0;
   private blockedHead: { seq: Sequence; epoch: number } | undefined;
+  private readonly endListeners = new Set<(seq: Sequence, result: SequenceResult) => void>();
 
   constructor(options: EngineOptions, clock: Clock = realClock) {
     this.options = options;
@@ -293,6 +296,12 @@ export class SimEngine {
     this.timerAt = Infinity;
   }
 
+  /** Observe every sequence's end (tests wait on this instead of polling). Returns an unsubscribe. */
+  onSequenceEnd(listener: (seq: Sequence, result: SequenceResult) => void): () => void {
+    this.endListeners.add(listener);
+    return () => this.endListeners.delete(listener);
+  }
+
   /** Sequences in the scheduler, for introspection. */
   sequences(): { running: readonly Sequence[]; waiting: readonly Sequence[] } {
     return { running: this.running, waiting: this.waiting };
@@ -310,7 +319,8 @@ export class SimEngine {
     for (let guard = 0; ; guard++) {
       if (guard > 10_000_000) throw new Error("sim: scheduler made no progress");
       const next = this.nextEvent();
-      if (next.at > target) {
+      // Events a hair past `target` are due: timers are whole milliseconds and floats are noisy.
+      if (next.at > target + DUE_SLACK_S) {
         if (target > this.modelTime) this.advance(target - this.modelTime);
         this.modelTime = Math.max(this.modelTime, target);
         return;
@@ -439,6 +449,7 @@ export class SimEngine {
       };
       seq.resolve(result);
       seq.listener.onEnd?.(result);
+      for (const listener of this.endListeners) listener(seq, result);
     }
   }
 
@@ -509,7 +520,8 @@ export class SimEngine {
   /** Tokens whose KV a prefilling sequence has computed so far (chunked prefill caches as it goes). */
   private prefillComputed(seq: Sequence): number {
     const fraction = seq.prefillWork === 0 ? 1 : Math.min(1, seq.prefillDone / seq.prefillWork);
-    return seq.base + Math.floor((seq.contextTokens - seq.base) * fraction);
+    // The epsilon keeps float noise (0.4 × 1000 = 399.99…) from losing a whole block.
+    return seq.base + Math.floor((seq.contextTokens - seq.base) * fraction + 1e-6);
   }
 
   private commitPrefillProgress(): void {
@@ -559,11 +571,13 @@ export class SimEngine {
     let delayMs = Math.max(0, (next.at - this.modelNow()) * 1000 * this.options.timeScale);
     // Decode tokens are coalesced (a few ms of real time); first tokens are timed exactly.
     if (!next.prefill) delayMs = Math.max(delayMs, this.options.minTickMs);
-    const at = this.clock.now() + Math.ceil(delayMs);
+    // Round up (a timer firing early would find nothing due), minus float noise.
+    delayMs = Math.ceil(delayMs - 1e-6);
+    const at = this.clock.now() + delayMs;
     if (this.timer !== undefined && this.timerAt === at) return;
     if (this.timer !== undefined) this.clock.clearTimer(this.timer);
     this.timerAt = at;
-    this.timer = this.clock.setTimer(Math.ceil(delayMs), () => {
+    this.timer = this.clock.setTimer(delayMs, () => {
       this.timer = undefined;
       this.timerAt = Infinity;
       this.sync();

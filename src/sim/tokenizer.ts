@@ -44,5 +44,5 @@ export class Tokenizer {
 
 /** A seed for a prompt's output, so the same prompt always gets the same reply (like temperature 0). */
 export function outputSeed(prompt: string): number {
-  return Bun.hash.crc32(prompt.slice(-512), prompt.length >>> 0);
+  return Bun.hash.crc32(prompt);
 }

@@ -1,0 +1,286 @@
+/**
+ * The scheduler and KV accounting, stepped with a ManualClock: exact model-time figures,
+ * no sockets, no sleeping.
+ */
+import { describe, expect, it } from "bun:test";
+import { ManualClock } from "../../src/sim/clock.ts";
+import { SimEngine, type Sequence, type SequenceResult } from "../../src/sim/engine.ts";
+import { resolveSimOptions, type SimOptions } from "../../src/sim/options.ts";
+
+/** 1,000 prefill tok/s, 100 decode tok/s alone, 64 blocks of 16 tokens, 4 chars per token. */
+const SMALL: Partial<SimOptions> = {
+  profile: "tiny",
+  kvTokens: 1024,
+  blockTokens: 16,
+  prefillTps: 1000,
+  cachedTokenCost: 0.1,
+  decodeTps: 100,
+  decodeBatchSlowdown: 0,
+  maxSeqs: 16,
+  charsPerToken: 4,
+  minTickMs: 0,
+};
+
+function setup(overrides: Partial<SimOptions> = {}) {
+  const clock = new ManualClock(1_000);
+  const engine = new SimEngine(resolveSimOptions({ ...SMALL, ...overrides }), clock);
+  return { clock, engine };
+}
+
+/** A prompt of exactly `tokens` tokens (4 chars each) that starts with `tag`. */
+function text(tokens: number, tag = "p"): string {
+  return `${tag}|${"lore".repeat(tokens)}`.slice(0, tokens * 4);
+}
+
+async function run(clock: ManualClock, seq: Sequence): Promise<SequenceResult> {
+  clock.runUntilIdle();
+  return seq.done;
+}
+
+describe("SimEngine timing", () => {
+  it("cold TTFT is prompt/prefill_tps; a repeat pays only the last block plus the cached-context cost", async () => {
+    const { clock, engine } = setup();
+    const prompt = text(800);
+    const cold = await run(clock, engine.submit({ prompt, maxTokens: 1, finishReason: "length" }));
+    expect(cold.cachedTokens).toBe(0);
+    expect(cold.ttftModelMs).toBeCloseTo(800, 6);
+
+    const warm = await run(clock, engine.submit({ prompt, maxTokens: 1, finishReason: "length" }));
+    // 800 tokens = 50 full blocks; the last is always recomputed (at least one token must be).
+    expect(warm.cachedTokens).toBe(784);
+    expect(warm.ttftModelMs).toBeCloseTo(16 + 0.1 * 784, 6);
+  });
+
+  it("a prompt sharing only a prefix reuses exactly the full blocks of that prefix", async () => {
+    const { clock, engine } = setup();
+    await run(clock, engine.submit({ prompt: text(400) + text(100, "a"), maxTokens: 1, finishReason: "length" }));
+    const other = await run(clock, engine.submit({ prompt: text(400) + text(100, "b"), maxTokens: 1, finishReason: "length" }));
+    expect(other.cachedTokens).toBe(400);
+    expect(other.ttftModelMs).toBeCloseTo(100 + 40, 6);
+  });
+
+  it("shares prefill throughput: two prompts at once both take twice as long as one alone", async () => {
+    const { clock, engine } = setup();
+    const a = engine.submit({ prompt: text(300, "a"), maxTokens: 1, finishReason: "length" });
+    const b = engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
+    clock.runUntilIdle();
+    expect((await a.done).ttftModelMs).toBeCloseTo(600, 6);
+    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+  });
+
+  it("a burst of 16 on one replica takes twice the prefill time of the same burst split over two", async () => {
+    const burst = (engine: SimEngine, from: number, count: number) =>
+      Array.from({ length: count }, (_, i) => engine.submit({ prompt: text(50, `q${from + i}`), maxTokens: 1, finishReason: "length" }));
+    const one = setup({ kvTokens: 4096 });
+    const onOne = burst(one.engine, 0, 16);
+    one.clock.runUntilIdle();
+    const two = [setup({ kvTokens: 4096 }), setup({ kvTokens: 4096 })];
+    const onTwo = [...burst(two[0]!.engine, 0, 8), ...burst(two[1]!.engine, 8, 8)];
+    two.forEach((r) => r.clock.runUntilIdle());
+    const slowest = async (seqs: Sequence[]) => Math.max(...(await Promise.all(seqs.map((s) => s.done))).map((r) => r.ttftModelMs!));
+    expect(await slowest(onOne)).toBeCloseTo(800, 6);
+    expect(await slowest(onTwo)).toBeCloseTo(400, 6);
+  });
+
+  it("decodes at decode_tps per sequence, slower in a batch", async () => {
+    const alone = setup();
+    const seq = alone.engine.submit({ prompt: text(100), maxTokens: 11, finishReason: "length" });
+    const r = await run(alone.clock, seq);
+    expect(r.completionTokens).toBe(11);
+    expect(r.text).toHaveLength(44);
+    // First token at 100 ms, then 10 more at 100 tok/s.
+    expect(alone.clock.now() - 1_000).toBeCloseTo(100 + 100, 6);
+
+    const batch = setup({ decodeBatchSlowdown: 0.5 });
+    const s1 = batch.engine.submit({ prompt: text(50, "a"), maxTokens: 11, finishReason: "length" });
+    const s2 = batch.engine.submit({ prompt: text(50, "b"), maxTokens: 11, finishReason: "length" });
+    batch.clock.runUntilIdle();
+    await Promise.all([s1.done, s2.done]);
+    // Prefill 100 tokens shared = 100 ms, then 10 tokens at 100 / 1.5 tok/s = 150 ms.
+    expect(batch.clock.now() - 1_000).toBeCloseTo(250, 6);
+  });
+
+  it("time_scale multiplies every real duration and leaves model time alone", async () => {
+    const { clock, engine } = setup({ timeScale: 0.01 });
+    const r = await run(clock, engine.submit({ prompt: text(800), maxTokens: 1, finishReason: "length" }));
+    expect(r.ttftModelMs).toBeCloseTo(800, 6);
+    expect(r.ttftMs).toBeCloseTo(8, 6);
+  });
+
+  it("reproduces the seed's cold/warm probe at the 3090 profile: 90k tokens ~22 s cold, ~1.1 s warm", async () => {
+    const clock = new ManualClock();
+    const engine = new SimEngine(resolveSimOptions({ profile: "3090", timeScale: 0.01 }), clock);
+    const prefix = text(90_000, "ctx");
+    const cold = await run(clock, engine.submit({ prompt: `${prefix}tail-1`, maxTokens: 1, finishReason: "length" }));
+    const warm = await run(clock, engine.submit({ prompt: `${prefix}tail-2`, maxTokens: 1, finishReason: "length" }));
+    expect(cold.ttftModelMs! / 1000).toBeGreaterThan(21);
+    expect(cold.ttftModelMs! / 1000).toBeLessThan(23.5);
+    expect(warm.cachedTokens).toBe(90_000);
+    expect(warm.ttftModelMs! / 1000).toBeGreaterThan(1.0);
+    expect(warm.ttftModelMs! / 1000).toBeLessThan(1.5);
+  });
+
+  it("reproduces the seed's burst shape at the 3090 profile: 16 cold requests ~30 s on one card, ~18.6 s on two", async () => {
+    // 16 × (4,871-token prompt, 293 output tokens): the arithmetic in the README's calibration table.
+    const makespan = async (cards: number) => {
+      const engines = Array.from({ length: cards }, () => {
+        const clock = new ManualClock();
+        return { clock, engine: new SimEngine(resolveSimOptions({ profile: "3090", timeScale: 0.01 }), clock) };
+      });
+      const seqs = Array.from({ length: 16 }, (_, i) =>
+        engines[i % cards]!.engine.submit({ prompt: text(4_871, `burst${i}`), maxTokens: 293, finishReason: "length" }),
+      );
+      engines.forEach((e) => e.clock.runUntilIdle());
+      await Promise.all(seqs.map((s) => s.done));
+      return Math.max(...engines.map((e) => e.clock.now())) / 0.01 / 1000;
+    };
+    const one = await makespan(1);
+    const two = await makespan(2);
+    expect(one).toBeGreaterThan(28.5);
+    expect(one).toBeLessThan(31.5);
+    expect(two).toBeGreaterThan(17.5);
+    expect(two).toBeLessThan(19.5);
+  });
+});
+
+describe("SimEngine KV pool", () => {
+  it("makes a request wait while KV is short, without evicting blocks a running sequence holds", async () => {
+    const { clock, engine } = setup(); // 64 blocks
+    const big = engine.submit({ prompt: text(800, "big"), maxTokens: 40, finishReason: "length" }); // 50 blocks
+    clock.advance(900); // past its prefill, decoding
+    expect(engine.runningCount).toBe(1);
+    const small = engine.submit({ prompt: text(300, "small"), maxTokens: 1, finishReason: "length" }); // 19 blocks: does not fit
+    clock.advance(1);
+    expect(engine.waitingCount).toBe(1);
+    expect(small.state).toBe("waiting");
+    expect(engine.match(text(800, "big")).cachedTokens).toBe(784);
+    expect(engine.pool.evictions).toBe(0);
+
+    clock.runUntilIdle();
+    await Promise.all([big.done, small.done]);
+    expect(engine.waitingCount).toBe(0);
+    // It could only start once the big one finished: 0.9 s + 1 ms in, then 300 ms of prefill later than that.
+    expect((await small.done).ttftModelMs!).toBeGreaterThan(300);
+  });
+
+  it("evicts the least recently used prefixes when the working set exceeds the pool", async () => {
+    const { clock, engine } = setup(); // 64 blocks
+    const prompts = ["a", "b", "c"].map((tag) => text(600, tag)); // 38 blocks each
+    for (const prompt of prompts) await run(clock, engine.submit({ prompt, maxTokens: 1, finishReason: "length" }));
+    // 600 tokens = 37 full blocks + 1 partial one (never cached). a took 38 of the 64 blocks;
+    // b took the 26 never-used ones, a's partial block and a's 11 last full blocks; c took a's
+    // remaining 26 and b's partial + 11 last. Tails are freed first, so prefixes survive longest.
+    expect(engine.pool.evictions).toBe(11 + 26 + 11);
+    expect(engine.match(prompts[2]!).cachedTokens).toBe(592);
+    expect(engine.match(prompts[1]!).cachedTokens).toBe(26 * 16);
+    expect(engine.match(prompts[0]!).cachedTokens).toBe(0);
+  });
+
+  it("match() reports the cached prefix without touching the eviction order", async () => {
+    const { clock, engine } = setup();
+    await run(clock, engine.submit({ prompt: text(200, "a"), maxTokens: 1, finishReason: "length" }));
+    await run(clock, engine.submit({ prompt: text(200, "b"), maxTokens: 1, finishReason: "length" }));
+    const before = engine.pool.evictionOrder();
+    expect(engine.match(text(200, "a"))).toEqual({ promptTokens: 200, cachedTokens: 192 });
+    expect(engine.match(text(200, "zzz"))).toEqual({ promptTokens: 200, cachedTokens: 0 });
+    expect(engine.pool.evictionOrder()).toEqual(before);
+  });
+
+  it("preempts the newest sequence when decoding runs out of blocks, and still finishes both", async () => {
+    const { clock, engine } = setup(); // 64 blocks
+    const a = engine.submit({ prompt: text(480, "a"), maxTokens: 100, finishReason: "length" }); // 30 blocks, grows to 37
+    const b = engine.submit({ prompt: text(480, "b"), maxTokens: 100, finishReason: "length" });
+    clock.runUntilIdle();
+    const [ra, rb] = await Promise.all([a.done, b.done]);
+    expect(engine.stats.preemptions_total).toBeGreaterThan(0);
+    expect(ra.completionTokens).toBe(100);
+    expect(rb.completionTokens).toBe(100);
+    expect(ra.text).not.toBe(rb.text);
+    expect(engine.pool.usedBlocks).toBe(0);
+  });
+
+  it("caches generated tokens, so the next turn that quotes the reply hits past the old prompt", async () => {
+    const { clock, engine } = setup();
+    const turn1 = text(100, "t1");
+    const r1 = await run(clock, engine.submit({ prompt: turn1, maxTokens: 64, finishReason: "length" }));
+    const turn2 = `${turn1}${r1.text}<|im_end|>\n${text(50, "t2")}`;
+    const r2 = await run(clock, engine.submit({ prompt: turn2, maxTokens: 1, finishReason: "length" }));
+    // 100 prompt + 63 generated tokens had their KV written: 10 full blocks.
+    expect(r2.cachedTokens).toBe(160);
+  });
+
+  it("a cancelled sequence stops, frees its blocks, keeps what it computed cached and counts as cancelled", async () => {
+    const { clock, engine } = setup();
+    const seq = engine.submit({ prompt: text(800), maxTokens: 1, finishReason: "length" });
+    clock.advance(400); // half of the prefill
+    const ended = new Promise<SequenceResult>((resolve) => engine.onSequenceEnd((_, r) => resolve(r)));
+    engine.cancel(seq);
+    const result = await ended;
+    expect(result.reason).toBe("cancelled");
+    expect(result.completionTokens).toBe(0);
+    expect(engine.stats.cancelled_total).toBe(1);
+    expect(engine.stats.completed_total).toBe(0);
+    expect(engine.pool.usedBlocks).toBe(0);
+    expect(engine.runningCount).toBe(0);
+    expect(engine.match(text(800)).cachedTokens).toBe(400);
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it("a cancel from inside a token callback takes effect at once", async () => {
+    const { clock, engine } = setup();
+    let seen = 0;
+    const seq: Sequence = engine.submit({
+      prompt: text(100),
+      maxTokens: 50,
+      finishReason: "length",
+      listener: { onToken: (_, i) => (seen = i + 1) === 3 && engine.cancel(seq, "fault") },
+    });
+    const r = await run(clock, seq);
+    expect(r.reason).toBe("fault");
+    expect(seen).toBe(3);
+    expect(r.completionTokens).toBe(3);
+    expect(engine.stats.cancelled_total).toBe(0);
+  });
+
+  it("with prefix caching off nothing is ever reused", async () => {
+    const { clock, engine } = setup({ prefixCache: false });
+    const first = await run(clock, engine.submit({ prompt: text(400), maxTokens: 1, finishReason: "length" }));
+    const second = await run(clock, engine.submit({ prompt: text(400), maxTokens: 1, finishReason: "length" }));
+    expect(second.cachedTokens).toBe(0);
+    expect(second.ttftModelMs).toBeCloseTo(first.ttftModelMs!, 6);
+    expect(engine.match(text(400)).cachedTokens).toBe(0);
+    expect(engine.pool.cachedBlocks).toBe(0);
+  });
+
+  it("a cache_salt separates otherwise identical prompts", async () => {
+    const { clock, engine } = setup();
+    await run(clock, engine.submit({ prompt: text(200), maxTokens: 1, finishReason: "length", salt: "tenant-a" }));
+    expect(engine.match(text(200), "tenant-a").cachedTokens).toBe(192);
+    expect(engine.match(text(200), "tenant-b").cachedTokens).toBe(0);
+    expect(engine.match(text(200)).cachedTokens).toBe(0);
+  });
+
+  it("holds at most max_seqs sequences running", () => {
+    const { clock, engine } = setup({ maxSeqs: 2 });
+    for (const tag of ["a", "b", "c"]) engine.submit({ prompt: text(16, tag), maxTokens: 5, finishReason: "length" });
+    clock.advance(1);
+    expect(engine.runningCount).toBe(2);
+    expect(engine.waitingCount).toBe(1);
+    clock.runUntilIdle();
+    expect(engine.runningCount + engine.waitingCount).toBe(0);
+    expect(engine.stats.completed_total).toBe(3);
+  });
+
+  it("reset ends everything and forgets the cache and the counters", async () => {
+    const { clock, engine } = setup();
+    await run(clock, engine.submit({ prompt: text(200), maxTokens: 1, finishReason: "length" }));
+    const live = engine.submit({ prompt: text(200, "x"), maxTokens: 100, finishReason: "length" });
+    clock.advance(10);
+    engine.reset();
+    expect((await live.done).reason).toBe("reset");
+    expect(engine.pool.cachedBlocks).toBe(0);
+    expect(engine.pool.usedBlocks).toBe(0);
+    expect(engine.stats.completed_total).toBe(0);
+    expect(engine.stats.prompt_tokens_total).toBe(0);
+  });
+});
