@@ -290,8 +290,10 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       finishReason: prepared.finishReason,
       salt: parsed.salt,
       listener: {
-        onToken(text, index) {
-          if (index === 0) write(format.start({ promptTokens: seq!.promptTokens, cachedTokens: seq!.cachedTokens }));
+        // May run inside submit() (a tiny prompt can finish prefill at once), so use the argument.
+        onToken(text, index, self) {
+          seq ??= self;
+          if (index === 0) write(format.start({ promptTokens: self.promptTokens, cachedTokens: self.cachedTokens }));
           write(format.delta(text));
         },
         onEnd(result) {

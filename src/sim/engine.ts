@@ -41,7 +41,7 @@ export interface SequenceResult {
 
 export interface SequenceListener {
   /** A token was produced (index 0 = the first token). Called synchronously; do not block. */
-  onToken?(text: string, index: number): void;
+  onToken?(text: string, index: number, seq: Sequence): void;
   /** Called once, after the last token. */
   onEnd?(result: SequenceResult): void;
 }
@@ -193,6 +193,7 @@ export class SimEngine {
   private poolEpoch = 0;
   private blockedHead: { seq: Sequence; epoch: number } | undefined;
   private readonly endListeners = new Set<(seq: Sequence, result: SequenceResult) => void>();
+  private readonly submitListeners = new Set<(seq: Sequence) => void>();
 
   constructor(options: EngineOptions, clock: Clock = realClock) {
     this.options = options;
@@ -218,6 +219,7 @@ export class SimEngine {
     this.stats.prompt_tokens_total += seq.promptTokens;
     this.waiting.push(seq);
     this.sync();
+    for (const listener of this.submitListeners) listener(seq);
     return seq;
   }
 
@@ -294,6 +296,12 @@ export class SimEngine {
     if (this.timer !== undefined) this.clock.clearTimer(this.timer);
     this.timer = undefined;
     this.timerAt = Infinity;
+  }
+
+  /** Observe every submitted sequence. Returns an unsubscribe. */
+  onSubmit(listener: (seq: Sequence) => void): () => void {
+    this.submitListeners.add(listener);
+    return () => this.submitListeners.delete(listener);
   }
 
   /** Observe every sequence's end (tests wait on this instead of polling). Returns an unsubscribe. */
@@ -414,7 +422,7 @@ export class SimEngine {
       seq.firstTokenModel = this.modelTime;
       this.ttft.observe((seq.firstTokenMs - seq.arrivalMs) / 1000);
     }
-    if (!seq.endRequested) seq.listener.onToken?.(text, index);
+    if (!seq.endRequested) seq.listener.onToken?.(text, index, seq);
     if (seq.generated >= seq.maxTokens && !seq.endRequested) seq.endRequested = seq.finishReason;
     if (seq.endRequested) this.pendingEnds.push(seq);
   }

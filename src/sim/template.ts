@@ -185,7 +185,7 @@ function responsesInput(value: unknown): ChatMessage[] {
 function completionPrompt(value: unknown): string {
   if (typeof value === "string") return value;
   if (Array.isArray(value) && value.length === 1 && typeof value[0] === "string") return value[0];
-  if (Array.isArray(value) && value.length > 1) {
+  if (Array.isArray(value) && value.length > 1 && value.every((v) => typeof v === "string")) {
     throw new ApiError(400, "the sim takes one prompt per request (batched prompts are not simulated)", { param: "prompt" });
   }
   throw new ApiError(400, "`prompt` must be a string (token-id prompts are not simulated)", { param: "prompt" });
