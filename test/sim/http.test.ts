@@ -266,6 +266,26 @@ describe("client disconnect", () => {
     expect(st.generation_tokens_total).toBe(result.completionTokens);
   });
 
+  it("a streaming client that goes away during prefill, before any byte, stops its sequence too", async () => {
+    const s = await sim(CARD); // a 40k-token cold prefill: ~10 s modelled, ~100 ms real
+    const controller = new AbortController();
+    const submitted = nextSubmit(s);
+    const request = openai(s)
+      .chat.completions.create(
+        { model: "sim-model", messages: [{ role: "user", content: words(40_000, "early") }], max_tokens: 10, stream: true },
+        { signal: controller.signal },
+      )
+      .catch((error: unknown) => error);
+    const seq = await submitted;
+    expect(seq.state).not.toBe("decode");
+    const ended = nextEnd(s);
+    controller.abort();
+    const result = await ended;
+    expect(result).toMatchObject({ reason: "cancelled", completionTokens: 0 });
+    expect(await request).toBeInstanceOf(OpenAI.APIUserAbortError);
+    expect(await state(s)).toMatchObject({ cancelled_total: 1, running: 0, used_blocks: 0 });
+  });
+
   it("a non-streaming client that goes away stops its sequence too", async () => {
     const s = await sim(SMALL);
     const controller = new AbortController();
