@@ -13,11 +13,9 @@ import { runCli } from "../helpers/proc.ts";
 // 8k tokens on the 3090 profile is a 2 s cold prefill; at 0.05 that is ~100 ms, warm ~5 ms.
 const TIME_SCALE = 0.05;
 const TOKENS = "8000";
-// The --via replicas run slower: the short-prefix turns are almost wholly cached, and at 0.05
-// their prefill (~0.2 ms real) is short enough that the sim can finish it inside
-// engine.submit() and crash its own stream handler (a sim bug, reported, not ours to fix).
-// At 0.5 a 2k-token cold turn is 250 ms and the short turns stay well clear of that race.
-const VIA_TIME_SCALE = 0.5;
+// The --via replicas share the scale (a sim race at tiny prefills, fixed in 2a85e82, once
+// forced these slower).
+const VIA_TIME_SCALE = TIME_SCALE;
 const VIA_TOKENS = "2000";
 
 let cached: SimServer;
