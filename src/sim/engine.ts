@@ -335,6 +335,10 @@ export class SimEngine {
       }
       this.advance(next.at - this.modelTime);
       this.modelTime = next.at;
+      // The earliest event is due by definition: snap it, so float rounding (model time is
+      // large at tiny time scales, its ulp can exceed a whole event) cannot stall the loop.
+      if (next.seq?.state === "prefill") next.seq.prefillDone = next.seq.prefillWork;
+      else if (next.seq?.state === "decode") next.seq.decodeFrac = Math.max(next.seq.decodeFrac, 1);
       this.processEvents();
       this.drainEnds();
       this.admit();
@@ -352,18 +356,20 @@ export class SimEngine {
   }
 
   /** The earliest prefill completion or decode token, in model seconds (Infinity if idle). */
-  private nextEvent(): { at: number; prefill: boolean } {
+  private nextEvent(): { at: number; prefill: boolean; seq?: Sequence } {
     const { prefill, decode } = this.rates();
     let best = Infinity;
     let bestIsPrefill = false;
+    let bestSeq: Sequence | undefined;
     for (const seq of this.running) {
       const dt = seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) / prefill : Math.max(0, 1 - seq.decodeFrac) / decode;
       if (dt < best) {
         best = dt;
         bestIsPrefill = seq.state === "prefill";
+        bestSeq = seq;
       }
     }
-    return { at: this.modelTime + best, prefill: bestIsPrefill };
+    return { at: this.modelTime + best, prefill: bestIsPrefill, ...(bestSeq ? { seq: bestSeq } : {}) };
   }
 
   private advance(dt: number): void {

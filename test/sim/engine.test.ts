@@ -284,3 +284,16 @@ describe("SimEngine KV pool", () => {
     expect(engine.stats.prompt_tokens_total).toBe(0);
   });
 });
+
+describe("SimEngine at extreme time scales", () => {
+  it("a near-zero time scale late in a long run still makes progress (float precision of model time)", async () => {
+    // A clock an hour in, at 1e-6: model time is ~3.6e9 s, where one ulp is ~5e-7 s —
+    // larger than a whole 4-token decode. Every sequence must still finish.
+    const clock = new ManualClock(3_600_000);
+    const engine = new SimEngine(resolveSimOptions({ ...SMALL, timeScale: 1e-6, prefillTps: 50_000, decodeTps: 1_000 }), clock);
+    const results = await Promise.all(
+      [0, 1, 2].map((i) => run(clock, engine.submit({ prompt: text(500, `q${i}`), maxTokens: 4, finishReason: "length" }))),
+    );
+    expect(results.map((r) => r.completionTokens)).toEqual([4, 4, 4]);
+  });
+});
