@@ -14,6 +14,8 @@ const subCommands = {
   status: () => import("./commands/status.ts").then((m) => m.default),
   units: () => import("./commands/units.ts").then((m) => m.default),
   sim: () => import("./sim/command.ts").then((m) => m.default),
+  bench: () => import("./bench/command.ts").then((m) => m.default),
+  demo: () => import("./bench/demo.ts").then((m) => m.default),
   probe: () => import("./probe/command.ts").then((m) => m.default),
 } satisfies Record<string, () => Promise<CommandDef<any>>>;
 

@@ -1,0 +1,208 @@
+/**
+ * `llmroute bench` options: the flags, their defaults (the seed's shapes), and one pure
+ * parser from citty's raw strings to typed, validated options. A bad value is a usage
+ * error naming the flag, the value and what is allowed.
+ */
+import type { ArgsDef } from "citty";
+import { POLICY_NAMES, type PolicyName } from "../config.ts";
+import { LlmrouteError } from "../errors.ts";
+import { agentFirstTokens, type AgentSpec, type BurstSpec, type SharedSpec } from "./workloads.ts";
+
+export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "capacity"] as const;
+export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+
+export const DEFAULT_POLICIES: PolicyName[] = ["roundrobin", "affinity", "hybrid", "cache-aware"];
+
+export interface BenchOptions {
+  /** Simulated replicas to start (ignored with `config`). */
+  sim: number;
+  timeScale: number;
+  /** A router.toml whose replicas are benched instead of sims. */
+  config?: string;
+  model?: string;
+  policies: PolicyName[];
+  /** Add the bench-only oracle arm (sims only). */
+  oracle: boolean;
+  workloads: WorkloadName[];
+  agent: AgentSpec;
+  burst: BurstSpec & { count: number };
+  mixed: { agents: number; agent: AgentSpec; burst: BurstSpec; gapS: number };
+  shared: SharedSpec;
+  capacity: { families: number[]; turns: number; turnTokens: number; replyTokens: number; systemTokens: number };
+  json?: string;
+  report?: string;
+}
+
+/**
+ * Defaults. agent: the seed's 90k-token conversation, a 2k-token tool result and a short
+ * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
+ * sim's calibration of the seed's burst (≈4,871 prompt and 293 output tokens each, which
+ * the README's sim section solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
+ * card's KV holds but fewer than two cards' (the regime where placement decides the hit
+ * rate), Poisson arrivals. capacity: the seed's three 50–80k families, sized so that any
+ * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
+ * with three families on two cards some card carries two, whatever the placement.
+ */
+export const DEFAULTS = {
+  sim: 2,
+  // The sim's advice: ~0.1 for 90k-token work, so the few real ms each request costs
+  // (HTTP, parsing, timers) stay small once divided by the scale.
+  timeScale: 0.1,
+  agent: { contextTokens: 90_000, turns: 16, turnTokens: 2_000, replyTokens: 64, systemTokens: 2_000 },
+  burst: { size: 16, systemTokens: 2_000, taskTokens: 2_841, replyTokens: 293, count: 3 },
+  mixed: {
+    // Three, not two: two identical agents in lockstep on two replicas, with even-sized
+    // bursts between their turns, keep the round-robin counter's parity, so round-robin
+    // pins them by accident (measured: 1,063 ms vs hybrid 1,112 ms). Three do not.
+    agents: 3,
+    agent: { contextTokens: 40_000, turns: 10, turnTokens: 2_000, replyTokens: 64, systemTokens: 2_000 },
+    burst: { size: 16, systemTokens: 1_000, taskTokens: 1_500, replyTokens: 64 },
+    gapS: 5,
+  },
+  shared: { docs: 24, docTokens: 8_000, tailTokens: 200, requests: 120, rate: 1, replyTokens: 32, seed: 1 },
+  capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
+} as const;
+
+export const benchArgs = {
+  sim: { type: "string", description: `Start N simulated 3090-class replicas (default ${DEFAULTS.sim})` },
+  "time-scale": { type: "string", description: `Sim speed: real time = model time × F (default ${DEFAULTS.timeScale})` },
+  config: { type: "string", description: "Bench the replicas of this router.toml instead of sims (no oracle)" },
+  model: { type: "string", description: "Model to request (default: the sims' / the first replica's)" },
+  policies: { type: "string", description: `Comma-separated policies (default ${DEFAULT_POLICIES.join(",")}; any of ${POLICY_NAMES.join(", ")})` },
+  oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims (--no-oracle to skip)", default: true },
+  workload: { type: "string", description: `Comma-separated workloads (default all: ${WORKLOAD_NAMES.join(",")})` },
+  "context-tokens": { type: "string", description: `agent: prompt tokens of the last turn (${DEFAULTS.agent.contextTokens})` },
+  turns: { type: "string", description: `agent: turns in the conversation (${DEFAULTS.agent.turns})` },
+  "turn-tokens": { type: "string", description: `agent/mixed: tokens the client adds per turn (${DEFAULTS.agent.turnTokens})` },
+  "system-tokens": { type: "string", description: `Tokens of every workload's system prompt (agent ${DEFAULTS.agent.systemTokens}, mixed bursts ${DEFAULTS.mixed.burst.systemTokens})` },
+  "reply-tokens": { type: "string", description: `max_tokens of each agent, mixed and capacity reply (${DEFAULTS.agent.replyTokens})` },
+  "burst-size": { type: "string", description: `burst/mixed: requests sent at once (${DEFAULTS.burst.size})` },
+  bursts: { type: "string", description: `burst: bursts per arm (${DEFAULTS.burst.count})` },
+  "burst-reply-tokens": { type: "string", description: `burst: max_tokens of each answer (${DEFAULTS.burst.replyTokens})` },
+  "task-tokens": { type: "string", description: `burst: tokens of each request's own task (${DEFAULTS.burst.taskTokens})` },
+  "mixed-agents": { type: "string", description: `mixed: concurrent agent loops (${DEFAULTS.mixed.agents})` },
+  "mixed-context-tokens": { type: "string", description: `mixed: each agent's last-turn tokens (${DEFAULTS.mixed.agent.contextTokens})` },
+  "mixed-turns": { type: "string", description: `mixed: turns per agent (${DEFAULTS.mixed.agent.turns})` },
+  "burst-gap": { type: "string", description: `mixed: model seconds between bursts (${DEFAULTS.mixed.gapS})` },
+  docs: { type: "string", description: `shared: distinct shared prefixes (${DEFAULTS.shared.docs})` },
+  "doc-tokens": { type: "string", description: `shared: tokens per shared prefix (${DEFAULTS.shared.docTokens})` },
+  requests: { type: "string", description: `shared: requests per arm (${DEFAULTS.shared.requests})` },
+  rate: { type: "string", description: `shared: mean arrivals per model second (${DEFAULTS.shared.rate})` },
+  families: { type: "string", description: `capacity: comma-separated context tokens of the concurrent families (${DEFAULTS.capacity.families.join(",")})` },
+  "family-turns": { type: "string", description: `capacity: turns per family (${DEFAULTS.capacity.turns})` },
+  seed: { type: "string", description: "Seed of the shared workload's arrivals and document choices (1)" },
+  json: { type: "string", description: "Write every sample and summary to this JSON file" },
+  report: { type: "string", description: "Write a self-contained HTML report with charts to this file" },
+} as const satisfies ArgsDef;
+
+export type RawArgs = Partial<Record<keyof typeof benchArgs, string | boolean | undefined>>;
+
+export function parseBenchArgs(raw: RawArgs): BenchOptions {
+  const problems: string[] = [];
+  const str = (key: keyof typeof benchArgs) => {
+    const v = raw[key];
+    return typeof v === "string" && v !== "" ? v : undefined;
+  };
+  const num = (key: keyof typeof benchArgs, fallback: number, check: "int" | "positive" | "nonneg" = "int", min = 1): number => {
+    const v = str(key);
+    if (v === undefined) return fallback;
+    const n = Number(v.replaceAll("_", ""));
+    const ok = check === "int" ? Number.isInteger(n) && n >= min : check === "positive" ? Number.isFinite(n) && n > 0 : Number.isFinite(n) && n >= 0;
+    if (!ok) {
+      const want = check === "int" ? `an integer >= ${min}` : check === "positive" ? "a number > 0" : "a number >= 0";
+      problems.push(`--${key} ${JSON.stringify(v)}: must be ${want}`);
+      return fallback;
+    }
+    return n;
+  };
+  const list = <T extends string>(key: keyof typeof benchArgs, known: readonly T[], fallback: readonly T[]): T[] => {
+    const v = str(key);
+    if (v === undefined) return [...fallback];
+    const items = v.split(",").map((s) => s.trim()).filter(Boolean);
+    const bad = items.filter((i) => !(known as readonly string[]).includes(i));
+    if (bad.length > 0 || items.length === 0) {
+      problems.push(`--${key} ${JSON.stringify(v)}: ${bad.length ? `unknown ${bad.map((b) => JSON.stringify(b)).join(", ")}; ` : ""}choose from ${known.join(", ")}`);
+      return [...fallback];
+    }
+    return [...new Set(items)] as T[];
+  };
+
+  const replyTokens = num("reply-tokens", DEFAULTS.agent.replyTokens);
+  const turnTokens = num("turn-tokens", DEFAULTS.agent.turnTokens);
+  const burstSize = num("burst-size", DEFAULTS.burst.size);
+  const system = str("system-tokens") === undefined ? undefined : num("system-tokens", 0, "int", 1);
+  let families: number[] = [...DEFAULTS.capacity.families];
+  const familiesRaw = str("families");
+  if (familiesRaw !== undefined) {
+    families = familiesRaw.split(",").map((s) => Number(s.trim().replaceAll("_", "")));
+    if (families.length === 0 || families.some((f) => !Number.isInteger(f) || f < 256)) {
+      problems.push(`--families ${JSON.stringify(familiesRaw)}: must be comma-separated token counts >= 256`);
+      families = [...DEFAULTS.capacity.families];
+    }
+  }
+
+  const options: BenchOptions = {
+    sim: num("sim", DEFAULTS.sim),
+    timeScale: num("time-scale", DEFAULTS.timeScale, "positive"),
+    ...(str("config") ? { config: str("config")! } : {}),
+    ...(str("model") ? { model: str("model")! } : {}),
+    policies: list("policies", POLICY_NAMES, DEFAULT_POLICIES),
+    oracle: raw.oracle !== false,
+    workloads: list("workload", WORKLOAD_NAMES, WORKLOAD_NAMES),
+    agent: {
+      contextTokens: num("context-tokens", DEFAULTS.agent.contextTokens),
+      turns: num("turns", DEFAULTS.agent.turns, "int", 2),
+      turnTokens,
+      replyTokens,
+      systemTokens: system ?? DEFAULTS.agent.systemTokens,
+    },
+    burst: {
+      size: burstSize,
+      systemTokens: system ?? DEFAULTS.burst.systemTokens,
+      taskTokens: num("task-tokens", DEFAULTS.burst.taskTokens),
+      replyTokens: num("burst-reply-tokens", DEFAULTS.burst.replyTokens),
+      count: num("bursts", DEFAULTS.burst.count),
+    },
+    mixed: {
+      agents: num("mixed-agents", DEFAULTS.mixed.agents),
+      agent: {
+        ...DEFAULTS.mixed.agent,
+        contextTokens: num("mixed-context-tokens", DEFAULTS.mixed.agent.contextTokens),
+        turns: num("mixed-turns", DEFAULTS.mixed.agent.turns, "int", 2),
+        turnTokens,
+        replyTokens,
+        systemTokens: system ?? DEFAULTS.mixed.agent.systemTokens,
+      },
+      burst: { ...DEFAULTS.mixed.burst, size: burstSize, replyTokens, systemTokens: system ?? DEFAULTS.mixed.burst.systemTokens },
+      gapS: num("burst-gap", DEFAULTS.mixed.gapS, "nonneg"),
+    },
+    shared: {
+      ...DEFAULTS.shared,
+      docs: num("docs", DEFAULTS.shared.docs),
+      docTokens: num("doc-tokens", DEFAULTS.shared.docTokens),
+      requests: num("requests", DEFAULTS.shared.requests),
+      rate: num("rate", DEFAULTS.shared.rate, "positive"),
+      seed: num("seed", DEFAULTS.shared.seed, "int", 0),
+    },
+    capacity: {
+      ...DEFAULTS.capacity,
+      families,
+      turns: num("family-turns", DEFAULTS.capacity.turns, "int", 2),
+      replyTokens,
+      systemTokens: system ?? DEFAULTS.capacity.systemTokens,
+    },
+    ...(str("json") ? { json: str("json")! } : {}),
+    ...(str("report") ? { report: str("report")! } : {}),
+  };
+  // A conversation must fit its context: say so now, not halfway through the bench.
+  const fits = (what: string, spec: AgentSpec, flags: string) => {
+    if (options.workloads.includes(what.split(" ")[0] as WorkloadName) && agentFirstTokens(spec) < 16) {
+      problems.push(`${what}: ${spec.turns} turns of ${spec.turnTokens}+${spec.replyTokens} tokens after a ${spec.systemTokens}-token system prompt do not fit in ${spec.contextTokens} tokens (${flags})`);
+    }
+  };
+  fits("agent", options.agent, "--context-tokens, --turns, --turn-tokens, --reply-tokens, --system-tokens");
+  fits("mixed agents", options.mixed.agent, "--mixed-context-tokens, --mixed-turns, --turn-tokens");
+  for (const f of options.capacity.families) fits(`capacity family of ${f}`, { ...options.capacity, contextTokens: f }, "--families, --family-turns");
+  if (problems.length > 0) throw new LlmrouteError("usage", `bench: ${problems.join("; ")}`);
+  return options;
+}

@@ -1,0 +1,77 @@
+/**
+ * `llmroute bench`: every policy measured side by side on the same replicas — simulated
+ * (`--sim N`, plus the bench-only oracle) or the user's own (`--config router.toml`) —
+ * with tables on stdout, progress on stderr, and optional JSON and HTML reports.
+ * Returns the exit code: 0, or 1 when any request failed (the tables count them).
+ */
+import { defineCommand } from "citty";
+import { loadConfigFile } from "../config.ts";
+import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
+import { renderHtml } from "./html.ts";
+import { stderrProgress } from "./progress.ts";
+import { renderText, summarizeWorkload, type WorkloadSummary } from "./report.ts";
+import { runBench, type BenchResult, type Progress } from "./run.ts";
+import { configTarget, simTarget, type Target } from "./targets.ts";
+import { newRunId } from "./workloads.ts";
+
+export interface BenchIo {
+  out: (text: string) => void;
+  progress: Progress;
+  /** Do not announce the JSON/HTML paths (the caller does, e.g. the demo). */
+  quietFiles?: boolean;
+}
+
+export interface BenchOutput {
+  result: BenchResult;
+  summaries: WorkloadSummary[];
+  text: string;
+  errors: number;
+}
+
+/** Start the target, run every workload × arm, write the files, print the tables. */
+export async function bench(options: BenchOptions, io: BenchIo, target?: Target): Promise<BenchOutput> {
+  const own = target === undefined;
+  target ??= options.config
+    ? await configTarget(await loadConfigFile(options.config), options.model)
+    : await simTarget({ replicas: options.sim, timeScale: options.timeScale });
+  try {
+    const run = newRunId();
+    const where = target.kind === "sim" ? `${target.replicas.length} sim replicas, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
+    io.progress.line(`bench run ${run}: ${options.workloads.join(", ")} × ${[...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])].join(", ")} on ${where}`);
+    const result = await runBench(target, options, run, io.progress);
+    const replicas = result.target.replicas.map((r) => r.name);
+    const summaries = result.workloads.map((w) => summarizeWorkload(w, replicas));
+    const text = renderText(result, summaries);
+    if (options.json) await Bun.write(options.json, `${JSON.stringify({ ...result, summaries }, jsonNumbers, 2)}\n`);
+    if (options.report) await Bun.write(options.report, renderHtml(result, summaries));
+    io.out(text);
+    if (options.json && !io.quietFiles) io.progress.line(`JSON: ${options.json}`);
+    if (options.report && !io.quietFiles) io.progress.line(`HTML report: ${options.report}`);
+    const errors = summaries.reduce((a, w) => a + w.arms.reduce((b, s) => b + s.errors, 0), 0);
+    return { result, summaries, text, errors };
+  } finally {
+    if (own) await target.stop();
+  }
+}
+
+/** NaN and Infinity are not JSON: write null. */
+function jsonNumbers(_key: string, value: unknown): unknown {
+  return typeof value === "number" && !Number.isFinite(value) ? null : value;
+}
+
+export default defineCommand({
+  meta: {
+    name: "bench",
+    description: "Measure the routing policies side by side on simulated replicas (--sim N) or your own (--config router.toml)",
+  },
+  args: benchArgs,
+  async run({ args }) {
+    const options = parseBenchArgs(args);
+    const { errors } = await bench(options, { out: (t) => console.log(t), progress: stderrProgress() });
+    if (errors > 0) {
+      console.error(`${errors} request(s) failed; see the errors column`);
+      return 1;
+    }
+    return 0;
+  },
+});

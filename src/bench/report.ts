@@ -1,0 +1,308 @@
+/**
+ * From samples to figures, pure: one summary per workload and arm (always with its sample
+ * size), the headline ratios next to the seed's numbers, and the plain-text tables. The
+ * HTML report (html.ts) and the JSON file read the same summaries.
+ */
+import { int, pct, table } from "../ops/table.ts";
+import type { WorkloadName } from "./args.ts";
+import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
+import { ratio, shares, summarize, type Summary } from "./stats.ts";
+
+export interface ArmSummary {
+  arm: string;
+  /** Requests sent and those that failed. */
+  requests: number;
+  errors: number;
+  /** TTFT of warm conversation turns (turn ≥ 2): agent, mixed, capacity. */
+  warm?: Summary;
+  /** TTFT of first turns (cold on every arm). */
+  first?: Summary;
+  /** TTFT of every request: burst members, shared requests. */
+  ttft?: Summary;
+  /** Burst wall times. */
+  burstWall?: Summary;
+  /** Σ cached_tokens / Σ prompt_tokens over the requests the workload measures. */
+  cachedShare: number;
+  /** Completed requests per model second, first send to last byte. */
+  throughput: number;
+  /** Share of requests per replica. */
+  replicaShare: Record<string, number>;
+  /** Share of requests per x-llmroute-route reason. */
+  routeShare: Record<string, number>;
+  /** Warm-turn TTFT median per conversation (capacity: per family). */
+  perGroup?: { group: number; warm: Summary; cachedShare: number; replicas: string[] }[];
+  /** The router's capacity warnings at the end of the arm (undefined: no router). */
+  capacityWarnings?: string[];
+  preemptions?: number;
+  evictedBlocks?: number;
+  wallMs: number;
+}
+
+const ok = (s: Sample) => !s.error;
+const cachedShare = (samples: readonly Sample[]) => {
+  const prompt = samples.reduce((a, s) => a + s.promptTokens, 0);
+  return prompt === 0 ? NaN : samples.reduce((a, s) => a + s.cachedTokens, 0) / prompt;
+};
+
+export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: readonly string[]): ArmSummary {
+  const good = arm.samples.filter(ok);
+  const turns = good.filter((s) => s.kind === "turn");
+  const warmTurns = turns.filter((s) => s.index > 1);
+  const others = good.filter((s) => s.kind !== "turn");
+  const span = good.length === 0 ? NaN : Math.max(...good.map((s) => s.startMs + s.totalMs)) - Math.min(...good.map((s) => s.startMs));
+  const out: ArmSummary = {
+    arm: arm.arm,
+    requests: arm.samples.length,
+    errors: arm.samples.length - good.length,
+    cachedShare: cachedShare(workload === "burst" || workload === "shared" ? others : warmTurns),
+    throughput: good.length / (span / 1000),
+    replicaShare: shares(
+      good.map((s) => s.replica),
+      replicas,
+    ),
+    routeShare: shares(
+      good.map((s) => s.route),
+      [],
+    ),
+    wallMs: arm.wallMs,
+  };
+  if (turns.length > 0) {
+    out.warm = summarize(warmTurns.map((s) => s.ttftMs));
+    out.first = summarize(turns.filter((s) => s.index === 1).map((s) => s.ttftMs));
+    const groups = [...new Set(turns.map((s) => s.group))].sort((a, b) => a - b);
+    out.perGroup = groups.map((group) => {
+      const mine = warmTurns.filter((s) => s.group === group);
+      return { group, warm: summarize(mine.map((s) => s.ttftMs)), cachedShare: cachedShare(mine), replicas: [...new Set(turns.filter((s) => s.group === group).map((s) => s.replica))] };
+    });
+  }
+  if (others.length > 0) out.ttft = summarize(others.map((s) => s.ttftMs));
+  if (arm.bursts.length > 0) out.burstWall = summarize(arm.bursts.map((b) => b.wallMs));
+  if (arm.warnings) out.capacityWarnings = arm.warnings.filter((w) => w.includes("kv_tokens"));
+  if (arm.sim) {
+    out.preemptions = arm.sim.preemptions;
+    out.evictedBlocks = arm.sim.evictedBlocks;
+  }
+  return out;
+}
+
+export interface WorkloadSummary {
+  workload: WorkloadName;
+  arms: ArmSummary[];
+}
+
+export function summarizeWorkload(w: WorkloadResult, replicas: readonly string[]): WorkloadSummary {
+  return { workload: w.workload, arms: w.arms.map((a) => summarizeArm(w.workload, a, replicas)) };
+}
+
+// --- headline ratios ------------------------------------------------------------------------
+
+export interface Headline {
+  /** What is compared, e.g. "agent warm-turn TTFT p50: roundrobin / hybrid". */
+  label: string;
+  value: number;
+  /** The same ratio in the seed, when it has one. */
+  seed?: number;
+  seedNote?: string;
+  /** The figures divided, with their sample sizes, e.g. "2,142 ms (n=15) / 1,610 ms (n=15)". */
+  detail: string;
+}
+
+/** The figure of one arm that a workload is judged by, with its sample size. */
+export function keyFigure(workload: WorkloadName, s: ArmSummary): { value: number; n: number; what: string; unit: "ms" | "s" } | undefined {
+  switch (workload) {
+    case "agent":
+    case "capacity":
+      return s.warm && { value: s.warm.median, n: s.warm.n, what: "warm-turn TTFT p50", unit: workload === "agent" ? "ms" : "s" };
+    case "mixed":
+      return s.warm && { value: s.warm.median, n: s.warm.n, what: "agent warm-turn TTFT p50", unit: "ms" };
+    case "burst":
+      return s.burstWall && { value: s.burstWall.median, n: s.burstWall.n, what: "wall p50", unit: "s" };
+    case "shared":
+      return s.ttft && { value: s.ttft.median, n: s.ttft.n, what: "TTFT p50", unit: "ms" };
+  }
+}
+
+/** Burst wall p50 (mixed's second figure). */
+export function burstFigure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
+  return s.burstWall && { value: s.burstWall.median, n: s.burstWall.n, what: "burst wall p50", unit: "s" };
+}
+
+export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
+  const out: Headline[] = [];
+  const find = (w: WorkloadName) => summaries.find((s) => s.workload === w);
+  const arm = (w: WorkloadSummary | undefined, name: string) => w?.arms.find((a) => a.arm === name);
+  const pair = (w: WorkloadName, a: string, b: string, label = "", seed?: number, seedNote?: string, figure = keyFigure) => {
+    const ws = find(w);
+    const x = arm(ws, a);
+    const y = arm(ws, b);
+    if (!x || !y) return;
+    const fx = figure(w, x);
+    const fy = figure(w, y);
+    if (!fx || !fy) return;
+    out.push({
+      label: `${w} ${fx.what}: ${a} / ${b}${label ? ` (${label})` : ""}`,
+      value: ratio(fx.value, fy.value),
+      ...(seed === undefined ? {} : { seed }),
+      ...(seedNote ? { seedNote } : {}),
+      detail: `${fmt(fx.value, fx.unit)} (n=${fx.n}) / ${fmt(fy.value, fy.unit)} (n=${fy.n})`,
+    });
+  };
+  pair("agent", "roundrobin", "hybrid", "round-robin loses every other hit", 2676 / 1096, "2,676 / 1,096 ms at 90k");
+  pair("agent", "affinity", "hybrid", "both pin", 1096 / 1095, "pinned 1,096 / hybrid 1,095 ms");
+  pair("burst", "affinity", "hybrid", "pinning loses a card", 30.1 / 18.6, "30.1 s pinned / 18.6 s spread; hybrid 19.97 s");
+  pair("burst", "hybrid", "roundrobin", "both spread", 19.97 / 18.6, "19.97 s hybrid / 18.6 s spread");
+  pair("mixed", "roundrobin", "hybrid");
+  pair("mixed", "affinity", "hybrid");
+  pair("mixed", "affinity", "hybrid", "", undefined, undefined, burstFigure);
+  pair("mixed", "roundrobin", "hybrid", "", undefined, undefined, burstFigure);
+  const shared = find("shared");
+  const base = arm(shared, "roundrobin");
+  if (shared && base?.ttft) {
+    for (const a of shared.arms) {
+      if (a.arm === "roundrobin" || !a.ttft) continue;
+      out.push({
+        label: `shared TTFT p50 change: ${a.arm} vs roundrobin`,
+        value: a.ttft.median / base.ttft.median - 1,
+        seed: -0.74,
+        seedNote: "SageMaker prefix-aware vs random: −71…77 %",
+        detail: `${fmt(a.ttft.median, "ms")} vs ${fmt(base.ttft.median, "ms")} (n=${a.ttft.n}, ${base.ttft.n})`,
+      });
+      out.push({
+        label: `shared TTFT p90 change: ${a.arm} vs roundrobin`,
+        value: a.ttft.p90 / base.ttft.p90 - 1,
+        seed: -0.35,
+        seedNote: "SageMaker: −33…37 %",
+        detail: `${fmt(a.ttft.p90, "ms")} vs ${fmt(base.ttft.p90, "ms")}`,
+      });
+      out.push({
+        label: `shared cache hit rate: ${a.arm} vs roundrobin`,
+        value: a.cachedShare - base.cachedShare,
+        seedNote: "SageMaker: ~25 % → ~82 %",
+        detail: `${pct(a.cachedShare)} vs ${pct(base.cachedShare)}`,
+      });
+    }
+  }
+  for (const w of summaries) {
+    const oracle = arm(w, "oracle");
+    if (!oracle) continue;
+    for (const a of w.arms) if (a.arm !== "oracle") pair(w.workload, a.arm, "oracle", "vs perfect cache knowledge");
+  }
+  return out;
+}
+
+// --- text ------------------------------------------------------------------------------------
+
+export function fmt(value: number, unit: "ms" | "s"): string {
+  if (!Number.isFinite(value)) return "-";
+  return unit === "ms" ? `${int(value)} ms` : `${(value / 1000).toFixed(1)} s`;
+}
+
+const ms = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "-" : int(v));
+const sec = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "-" : (v / 1000).toFixed(1));
+const share = (r: number) => (Number.isFinite(r) ? pct(r) : "-");
+const split = (s: ArmSummary) =>
+  Object.values(s.replicaShare)
+    .map((v) => pct(v))
+    .join("/");
+const routes = (s: ArmSummary) =>
+  Object.entries(s.routeShare)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => (v === 1 ? k : `${k} ${pct(v)}`))
+    .join(", ");
+
+export const TITLES: Record<WorkloadName, string> = {
+  agent: "agent — one conversation growing turn by turn (sequential-turn client)",
+  burst: "burst — distinct cold requests sharing a system prompt, all at once",
+  mixed: "mixed — agent loops running while bursts arrive",
+  shared: "shared — many users over a few long shared prefixes, Poisson arrivals",
+  capacity: "capacity — concurrent large conversation families vs per-card KV",
+};
+
+export function workloadTable(w: WorkloadSummary, replicas: readonly string[]): string {
+  const errs = (s: ArmSummary) => (s.errors === 0 ? "0" : `${s.errors}/${s.requests}`);
+  const who = replicas.join("/");
+  switch (w.workload) {
+    case "agent":
+      return table(
+        ["policy", "n", "warm p50 ms", "warm p90 ms", "turn 1 ms", "cached", `requests ${who}`, "routes", "errors"],
+        w.arms.map((s) => [s.arm, s.warm?.n ?? 0, ms(s.warm?.median), ms(s.warm?.p90), ms(s.first?.median), share(s.cachedShare), split(s), routes(s), errs(s)]),
+        { right: [1, 2, 3, 4, 5] },
+      );
+    case "burst":
+      return table(
+        ["policy", "bursts", "wall p50 s", "wall max s", "requests", "ttft p50 ms", "cached", `requests ${who}`, "errors"],
+        w.arms.map((s) => [s.arm, s.burstWall?.n ?? 0, sec(s.burstWall?.median), sec(s.burstWall?.max), s.requests, ms(s.ttft?.median), share(s.cachedShare), split(s), errs(s)]),
+        { right: [1, 2, 3, 4, 5, 6] },
+      );
+    case "mixed":
+      return table(
+        ["policy", "turns", "agent p50 ms", "agent p90 ms", "bursts", "burst wall p50 s", "burst ttft p50 ms", `requests ${who}`, "errors"],
+        w.arms.map((s) => [s.arm, s.warm?.n ?? 0, ms(s.warm?.median), ms(s.warm?.p90), s.burstWall?.n ?? 0, sec(s.burstWall?.median), ms(s.ttft?.median), split(s), errs(s)]),
+        { right: [1, 2, 3, 4, 5, 6] },
+      );
+    case "shared":
+      return table(
+        ["policy", "n", "ttft p50 ms", "ttft p90 ms", "hit rate", "req/s", `requests ${who}`, "capacity warning", "errors"],
+        w.arms.map((s) => [s.arm, s.ttft?.n ?? 0, ms(s.ttft?.median), ms(s.ttft?.p90), share(s.cachedShare), Number.isFinite(s.throughput) ? s.throughput.toFixed(2) : "-", split(s), warned(s), errs(s)]),
+        { right: [1, 2, 3, 4, 5] },
+      );
+    case "capacity": {
+      const groups = w.arms[0]?.perGroup?.map((g) => g.group) ?? [];
+      return table(
+        ["policy", "n", "warm p50 s", "warm p90 s", "cached", ...groups.map((g) => `family ${g} p50 s (cached)`), "evicted blocks", "capacity warning", "errors"],
+        w.arms.map((s) => [
+          s.arm,
+          s.warm?.n ?? 0,
+          sec(s.warm?.median),
+          sec(s.warm?.p90),
+          share(s.cachedShare),
+          ...groups.map((g) => {
+            const pg = s.perGroup?.find((x) => x.group === g);
+            return pg ? `${sec(pg.warm.median)} (${share(pg.cachedShare)}) ${pg.replicas.join("+")}` : "-";
+          }),
+          s.evictedBlocks === undefined ? "-" : int(s.evictedBlocks),
+          warned(s),
+          errs(s),
+        ]),
+        { right: [1, 2, 3, 4] },
+      );
+    }
+  }
+}
+
+function warned(s: ArmSummary): string {
+  if (s.capacityWarnings === undefined) return "n/a";
+  if (s.capacityWarnings.length === 0) return "no";
+  return `yes: ${s.capacityWarnings.map((w) => w.match(/^(\S+): working set ~(\d+)/)?.slice(1, 3).join(" ~") ?? w).join(", ")}`;
+}
+
+export function headlineLines(list: readonly Headline[]): string {
+  const rows = list.map((h) => {
+    const isShare = h.label.includes("change") || h.label.includes("hit rate");
+    const value = !Number.isFinite(h.value)
+      ? "-"
+      : h.label.includes("hit rate")
+        ? `${h.value >= 0 ? "+" : ""}${Math.round(h.value * 100)} pts`
+        : isShare
+          ? `${h.value >= 0 ? "+" : ""}${Math.round(h.value * 100)} %`
+          : `${h.value.toFixed(2)}×`;
+    const seed = h.seed === undefined ? (h.seedNote ?? "") : `${isShare ? "" : `${h.seed.toFixed(2)}× `}${h.seedNote ? `(${h.seedNote})` : ""}`;
+    return [h.label, value, h.detail, seed];
+  });
+  return table(["headline", "measured", "from", "seed"], rows, { right: [1] });
+}
+
+/** The whole text report: a header, one table per workload, the headlines. */
+export function renderText(result: BenchResult, summaries: readonly WorkloadSummary[]): string {
+  const replicas = result.target.replicas.map((r) => r.name);
+  const t = result.target;
+  const where =
+    t.kind === "sim"
+      ? `${t.replicas.length} simulated 3090-class replicas (${int(t.replicas[0]?.kvTokens ?? 0)} KV tokens each), time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`
+      : `${t.replicas.length} replicas from ${result.options.config}, model ${t.model}`;
+  const parts = [`llmroute bench · run ${result.run} · ${where}`, `took ${result.elapsedS.toFixed(0)} s real`];
+  for (const w of summaries) parts.push("", TITLES[w.workload], workloadTable(w, replicas));
+  const hl = headlines(summaries);
+  if (hl.length > 0) parts.push("", headlineLines(hl));
+  return parts.join("\n");
+}

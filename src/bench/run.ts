@@ -1,0 +1,318 @@
+/**
+ * The runner: for each workload, each arm starts from an equal, cold fleet (sims reset; a
+ * fresh salt either way), gets its own in-process router, and drives the workload's
+ * requests through it. It records one sample per request in model time (real ÷ time
+ * scale) and leaves every figure to report.ts.
+ */
+import type { BenchOptions, WorkloadName } from "./args.ts";
+import { fmt, keyFigure, summarizeArm } from "./report.ts";
+import type { Outcome } from "./client.ts";
+import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
+import {
+  agentMessages,
+  agentPlan,
+  burstMessages,
+  chatBody,
+  saltLine,
+  sharedRequests,
+  type AgentPlan,
+  type BurstSpec,
+  type ChatMessage,
+} from "./workloads.ts";
+
+export interface Sample {
+  /** Agent or family number, burst number, or user number (shared). */
+  group: number;
+  /** 1-based turn for conversations; position in the burst; the shared document. */
+  index: number;
+  /** "turn" (a conversation's request), "burst" (a burst member), "shared". */
+  kind: "turn" | "burst" | "shared";
+  /** Model ms from the arm's start to sending. */
+  startMs: number;
+  /** Model ms to the first content chunk (NaN if none). */
+  ttftMs: number;
+  totalMs: number;
+  replica: string;
+  route: string;
+  status: number;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  error?: string;
+}
+
+export interface BurstWall {
+  group: number;
+  /** Model ms from the first request sent to the last one finished. */
+  wallMs: number;
+  size: number;
+}
+
+export interface ArmResult {
+  arm: ArmName;
+  samples: Sample[];
+  bursts: BurstWall[];
+  /** Model ms the whole arm took. */
+  wallMs: number;
+  /** The router's /status warnings at the end of the arm (undefined for the oracle). */
+  warnings?: string[];
+  /** Sim counters over the arm (preemptions, evicted blocks); undefined on real replicas. */
+  sim?: SimTotals;
+}
+
+export interface WorkloadResult {
+  workload: WorkloadName;
+  arms: ArmResult[];
+}
+
+export interface BenchResult {
+  run: string;
+  target: { kind: Target["kind"]; replicas: { name: string; kvTokens: number }[]; timeScale: number; model: string };
+  options: BenchOptions;
+  startedAt: string;
+  /** Real seconds the whole bench took. */
+  elapsedS: number;
+  workloads: WorkloadResult[];
+}
+
+export interface Progress {
+  /** A transient status line (overwritten on a TTY). */
+  status(text: string): void;
+  /** A line that stays. */
+  line(text: string): void;
+}
+
+export const silentProgress: Progress = { status: () => {}, line: () => {} };
+
+/** What a workload driver needs: the arm, the clock in model ms, the salt and the model. */
+export interface DriveContext {
+  arm: Arm;
+  model: string;
+  salt: string;
+  /** Real ms per model ms (1 on real replicas). */
+  scale: number;
+  /** Model ms since the arm started. */
+  now(): number;
+  /** Wait until model ms `at` since the arm started (pacing arrivals; not synchronisation). */
+  until(at: number): Promise<void>;
+  progress: Progress;
+}
+
+export async function runBench(target: Target, options: BenchOptions, run: string, progress: Progress = silentProgress): Promise<BenchResult> {
+  const started = performance.now();
+  const startedAt = new Date().toISOString();
+  const arms: ArmName[] = [...options.policies, ...(options.oracle && target.kind === "sim" ? (["oracle"] as const) : [])];
+  const workloads: WorkloadResult[] = [];
+  for (const workload of options.workloads) {
+    const result: WorkloadResult = { workload, arms: [] };
+    for (const name of arms) {
+      const arm = await runArm(target, options, run, workload, name, progress);
+      result.arms.push(arm);
+      progress.line(armLine(workload, arm, target.replicas.map((r) => r.name)));
+    }
+    workloads.push(result);
+  }
+  return {
+    run,
+    target: {
+      kind: target.kind,
+      replicas: target.replicas.map((r) => ({ name: r.name, kvTokens: r.kvTokens })),
+      timeScale: target.timeScale,
+      model: target.model,
+    },
+    options,
+    startedAt,
+    elapsedS: (performance.now() - started) / 1000,
+    workloads,
+  };
+}
+
+export async function runArm(
+  target: Target,
+  options: BenchOptions,
+  run: string,
+  workload: WorkloadName,
+  name: ArmName,
+  progress: Progress,
+): Promise<ArmResult> {
+  await target.reset();
+  const arm = await target.startArm(name);
+  const scale = target.timeScale;
+  const t0 = performance.now();
+  const ctx: DriveContext = {
+    arm,
+    model: target.model,
+    salt: saltLine(run, workload, name),
+    scale,
+    now: () => (performance.now() - t0) / scale,
+    until: async (at) => {
+      const wait = at * scale - (performance.now() - t0);
+      if (wait > 0) await Bun.sleep(wait);
+    },
+    progress: {
+      status: (text) => progress.status(`${workload} · ${name} · ${text}`),
+      line: progress.line,
+    },
+  };
+  ctx.progress.status("starting");
+  try {
+    const driven = await DRIVERS[workload](ctx, options);
+    const result: ArmResult = { arm: name, samples: driven.samples, bursts: driven.bursts ?? [], wallMs: ctx.now() };
+    if (arm.status) result.warnings = (await arm.status()).warnings;
+    const sim = await target.simTotals();
+    if (sim) result.sim = sim;
+    return result;
+  } finally {
+    await arm.stop();
+  }
+}
+
+/** Model ms between the starts of concurrent conversations: enough to fix their arrival order. */
+const STAGGER_MS = 500;
+
+type Driver = (ctx: DriveContext, options: BenchOptions) => Promise<{ samples: Sample[]; bursts?: BurstWall[] }>;
+
+const DRIVERS: Record<WorkloadName, Driver> = {
+  agent: async (ctx, o) => ({ samples: await driveConversation(ctx, agentPlan(o.agent, ctx.salt, 0), o.agent.turns, 0, "agent") }),
+  burst: async (ctx, o) => {
+    const samples: Sample[] = [];
+    const bursts: BurstWall[] = [];
+    for (let b = 0; b < o.burst.count; b++) {
+      // Each burst has its own salt: every one of them is cold, as the seed's was.
+      const r = await driveBurst(ctx, o.burst, `${ctx.salt} b${b}`, b);
+      samples.push(...r.samples);
+      bursts.push(r.wall);
+      ctx.progress.status(`burst ${b + 1}/${o.burst.count} · wall ${fmtS(r.wall.wallMs)}`);
+    }
+    return { samples, bursts };
+  },
+  mixed: async (ctx, o) => {
+    const samples: Sample[] = [];
+    const bursts: BurstWall[] = [];
+    let agentsDone = false;
+    // Agents start in order; bursts begin once every agent's first (cold) turn is back, so
+    // the spread counter places the agents alike in every arm, then keep arriving while
+    // the agents work: one, a pause, the next.
+    let firstTurns = 0;
+    let allStarted!: () => void;
+    const started = new Promise<void>((resolve) => (allStarted = resolve));
+    const agents = Promise.all(
+      Array.from({ length: o.mixed.agents }, async (_, a) => {
+        await ctx.until(a * STAGGER_MS);
+        return driveConversation(ctx, agentPlan(o.mixed.agent, ctx.salt, a), o.mixed.agent.turns, a, `agent ${a}`, (turn) => {
+          if (turn === 1 && ++firstTurns === o.mixed.agents) allStarted();
+        });
+      }),
+    ).then((all) => {
+      agentsDone = true;
+      allStarted();
+      return all.flat();
+    });
+    const burstLoop = (async () => {
+      await started;
+      for (let b = 0; !agentsDone; b++) {
+        const at = ctx.now();
+        const r = await driveBurst(ctx, o.mixed.burst, `${ctx.salt} b${b}`, b);
+        samples.push(...r.samples);
+        bursts.push(r.wall);
+        if (agentsDone) break;
+        await ctx.until(at + r.wall.wallMs + o.mixed.gapS * 1000);
+      }
+    })();
+    samples.push(...(await agents));
+    await burstLoop;
+    return { samples, bursts };
+  },
+  shared: async (ctx, o) => {
+    const requests = sharedRequests(o.shared, ctx.salt);
+    let done = 0;
+    const samples = await Promise.all(
+      requests.map(async (r, i) => {
+        await ctx.until(r.atMs);
+        const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, r.messages, o.shared.replyTokens), { group: i, index: r.doc, kind: "shared" });
+        done++;
+        if (done % 10 === 0 || done === requests.length) ctx.progress.status(`${done}/${requests.length} requests`);
+        return sample;
+      }),
+    );
+    return { samples };
+  },
+  capacity: async (ctx, o) => {
+    const c = o.capacity;
+    // Families start in order, so counter-based policies place them alike in every arm.
+    const families = c.families.map(async (contextTokens, f) => {
+      await ctx.until(f * STAGGER_MS);
+      const spec = { contextTokens, turns: c.turns, turnTokens: c.turnTokens, replyTokens: c.replyTokens, systemTokens: c.systemTokens };
+      return driveConversation(ctx, agentPlan(spec, ctx.salt, f), c.turns, f, `family ${f}`);
+    });
+    return { samples: (await Promise.all(families)).flat() };
+  },
+};
+
+async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind">): Promise<Sample & { text: string }> {
+  const startMs = ctx.now();
+  const out: Outcome = await ctx.arm.send(body);
+  return {
+    ...where,
+    startMs,
+    ttftMs: out.ttftMs / ctx.scale,
+    totalMs: out.totalMs / ctx.scale,
+    text: out.text,
+    replica: out.replica,
+    route: out.route,
+    status: out.status,
+    promptTokens: out.promptTokens,
+    cachedTokens: out.cachedTokens,
+    completionTokens: out.completionTokens,
+    ...(out.error ? { error: out.error } : {}),
+  };
+}
+
+/** One sequential-turn client: each turn re-sends the whole conversation plus its reply and a tool result. */
+export async function driveConversation(
+  ctx: DriveContext,
+  plan: AgentPlan,
+  turns: number,
+  group: number,
+  label: string,
+  onTurn: (turn: number) => void = () => {},
+): Promise<Sample[]> {
+  const samples: Sample[] = [];
+  const replies: string[] = [];
+  for (let turn = 1; turn <= turns; turn++) {
+    const messages: ChatMessage[] = agentMessages(plan, replies, turn);
+    const { text, ...sample } = await send(ctx, chatBody(ctx.model, messages, plan.replyTokens), { group, index: turn, kind: "turn" });
+    samples.push(sample);
+    onTurn(turn);
+    ctx.progress.status(`${label} turn ${turn}/${turns} · ttft ${fmtS(sample.ttftMs)} · ${sample.replica} ${sample.route}`);
+    // A conversation cannot go on without its reply: stop it, the table counts the error.
+    if (sample.error) break;
+    replies.push(text);
+  }
+  return samples;
+}
+
+/** Distinct cold one-shots sent at once; wall time from the first send to the last byte. */
+export async function driveBurst(ctx: DriveContext, spec: BurstSpec, salt: string, group: number): Promise<{ samples: Sample[]; wall: BurstWall }> {
+  const start = ctx.now();
+  const samples = await Promise.all(
+    burstMessages(spec, salt, group).map(async (messages, i) => {
+      const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, messages, spec.replyTokens), { group, index: i, kind: "burst" });
+      return sample;
+    }),
+  );
+  return { samples, wall: { group, wallMs: ctx.now() - start, size: spec.size } };
+}
+
+/** One line per finished arm: its key figure with the sample size, and what the arm took. */
+export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[]): string {
+  const s = summarizeArm(workload, arm, replicas);
+  const key = keyFigure(workload, s);
+  const figure = key ? `${key.what} ${fmt(key.value, key.unit)} (n=${key.n})` : "no samples";
+  return `${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)} model`;
+}
+
+function fmtS(ms: number): string {
+  return Number.isFinite(ms) ? `${(ms / 1000).toFixed(2)} s` : "-";
+}
+

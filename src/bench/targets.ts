@@ -1,0 +1,239 @@
+/**
+ * What the bench measures against, and the arms it compares. A target is a set of replicas:
+ * simulated ones started here (`--sim N`, resettable, with a time scale) or the user's own
+ * (`--config router.toml`, never reset — salting keeps arms apart). An arm is one way of
+ * choosing a replica: an in-process llmroute router running one policy, or the bench-only
+ * oracle, which asks every sim how much of the prompt it holds right now.
+ */
+import { parseConfig, type Config, type PolicyName } from "../config.ts";
+import { LlmrouteError } from "../errors.ts";
+import { memoryLog } from "../log.ts";
+import type { StatusDocument } from "../ops/telemetry.ts";
+import { startRouter } from "../proxy/server.ts";
+import { startSimFleet, type SimServer } from "../sim/index.ts";
+import { sendChat, type FetchLike, type Outcome } from "./client.ts";
+
+export type ArmName = PolicyName | "oracle";
+
+export interface ReplicaInfo {
+  name: string;
+  url: string;
+  /** The card's KV budget in tokens (0 = unknown). */
+  kvTokens: number;
+}
+
+export interface Arm {
+  name: ArmName;
+  send(body: Record<string, unknown>): Promise<Outcome>;
+  /** The router's /status (capacity warnings); absent for the oracle. */
+  status?(): Promise<StatusDocument>;
+  stop(): Promise<void>;
+}
+
+export interface Target {
+  kind: "sim" | "config";
+  replicas: ReplicaInfo[];
+  /** Real time = model time × timeScale (1 for real replicas). */
+  timeScale: number;
+  model: string;
+  /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
+  reset(): Promise<void>;
+  /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
+  simTotals(): Promise<SimTotals | undefined>;
+  startArm(name: ArmName): Promise<Arm>;
+  stop(): Promise<void>;
+}
+
+export interface SimTotals {
+  preemptions: number;
+  evictedBlocks: number;
+}
+
+/** A router config for `replicas` with one policy: loopback, port 0, quiet health checks. */
+export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string): string {
+  const lines = [
+    "[server]",
+    `listen = "127.0.0.1:0"`,
+    "[routing]",
+    `policy = "${policy}"`,
+    "[health]",
+    // The bench's replicas do not come and go; a long interval keeps checks out of the timings.
+    `interval = "60s"`,
+  ];
+  for (const r of replicas) {
+    lines.push("[[replica]]", `name = ${JSON.stringify(r.name)}`, `url = ${JSON.stringify(r.url)}`, `kv_tokens = ${r.kvTokens}`);
+    if (model) lines.push(`models = [${JSON.stringify(model)}]`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+async function routerArm(config: Config, fetchImpl?: FetchLike): Promise<Arm> {
+  const server = await startRouter(config, { log: memoryLog() });
+  const name = config.routing.policy;
+  return {
+    name,
+    send: (body) => sendChat(server.url, body, { fetch: fetchImpl }),
+    async status() {
+      // GET /status also refreshes the capacity readings, like `llmroute status` does.
+      const res = await fetch(`${server.url}/status`);
+      return (await res.json()) as StatusDocument;
+    },
+    stop: () => server.stop(),
+  };
+}
+
+interface MatchReply {
+  prompt_tokens: number;
+  cached_tokens: number;
+  running: number;
+  waiting: number;
+}
+
+/**
+ * The oracle: for each request, ask every sim how many of its prompt tokens it has cached
+ * right now (POST /sim/match) and send it straight there, bypassing llmroute, to the
+ * replica where it should start producing soonest with perfect cache knowledge.
+ *
+ * "Most cached tokens, ties to the least busy" alone is not that: measured on the shared
+ * workload, every prompt's first 16-token block (template + salt line) is cached wherever
+ * the first request ran, so all 120 requests went to one card (P50 TTFT 33 s vs 0.3 s).
+ * So the oracle weighs what the cache saves against the queue: estimated prefill work
+ * (uncached tokens + `cachedTokenCost` × cached tokens) times (1 + requests busy there).
+ * With an idle fleet that is "most cached"; a few cached tokens never outweigh a queue.
+ * "Busy" is the larger of the sim's running+waiting and the oracle's own requests in
+ * flight there: requests sent in the same instant have not reached the sim yet when the
+ * next one asks.
+ */
+export function oracleArm(replicas: readonly ReplicaInfo[], cachedTokenCost: number, fetchImpl: FetchLike = fetch): Arm {
+  const inflight = new Map(replicas.map((r) => [r.name, 0]));
+  let counter = 0;
+  return {
+    name: "oracle",
+    async send(body) {
+      const text = JSON.stringify(body);
+      const replies = await Promise.all(
+        replicas.map(async (r) => {
+          const res = await fetchImpl(`${r.url}/sim/match?endpoint=/v1/chat/completions`, { method: "POST", body: text });
+          if (!res.ok) throw new LlmrouteError("upstream", `oracle: ${r.name} /sim/match answered HTTP ${res.status} (is it a sim?)`);
+          return (await res.json()) as MatchReply;
+        }),
+      );
+      const choice = oracleChoice(
+        replicas.map((r, i) => ({
+          name: r.name,
+          promptTokens: replies[i]!.prompt_tokens,
+          cachedTokens: replies[i]!.cached_tokens,
+          busy: Math.max(replies[i]!.running + replies[i]!.waiting, inflight.get(r.name)!),
+        })),
+        cachedTokenCost,
+        counter++,
+      );
+      const replica = replicas.find((r) => r.name === choice)!;
+      inflight.set(choice, inflight.get(choice)! + 1);
+      try {
+        return await sendChat(replica.url, body, { fetch: fetchImpl, replica: replica.name, route: "oracle" });
+      } finally {
+        inflight.set(choice, inflight.get(choice)! - 1);
+      }
+    },
+    stop: async () => {},
+  };
+}
+
+export interface OracleCandidate {
+  name: string;
+  promptTokens: number;
+  cachedTokens: number;
+  busy: number;
+}
+
+/** Least (prefill work × (1 + busy)); ties → most cached; still tied → rotate with `counter`. */
+export function oracleChoice(candidates: readonly OracleCandidate[], cachedTokenCost: number, counter: number): string {
+  const cost = (c: OracleCandidate) => (c.promptTokens - c.cachedTokens + cachedTokenCost * c.cachedTokens) * (1 + c.busy);
+  const best = Math.min(...candidates.map(cost));
+  const cheapest = candidates.filter((c) => cost(c) === best);
+  const most = Math.max(...cheapest.map((c) => c.cachedTokens));
+  const tied = cheapest.filter((c) => c.cachedTokens === most);
+  return tied[counter % tied.length]!.name;
+}
+
+export interface SimTargetOptions {
+  replicas: number;
+  timeScale: number;
+}
+
+/** N simulated 3090-class replicas in this process. */
+export async function simTarget(options: SimTargetOptions): Promise<Target> {
+  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: "3090", timeScale: options.timeScale });
+  const replicas = sims.map((s) => ({ name: s.name, url: s.url, kvTokens: s.app.options.kvTokens }));
+  const model = sims[0]!.app.options.model;
+  return {
+    kind: "sim",
+    replicas,
+    timeScale: options.timeScale,
+    model,
+    async reset() {
+      await Promise.all(
+        sims.map(async (s) => {
+          const res = await fetch(`${s.url}/sim/reset`, { method: "POST" });
+          if (!res.ok) throw new LlmrouteError("upstream", `sim ${s.name}: /sim/reset answered HTTP ${res.status}`);
+        }),
+      );
+    },
+    async simTotals() {
+      const states = await Promise.all(sims.map(async (s) => (await (await fetch(`${s.url}/sim/state`)).json()) as { preemptions_total: number; evicted_blocks_total: number }));
+      return {
+        preemptions: states.reduce((a, s) => a + s.preemptions_total, 0),
+        evictedBlocks: states.reduce((a, s) => a + s.evicted_blocks_total, 0),
+      };
+    },
+    async startArm(name) {
+      if (name === "oracle") return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost);
+      return routerArm(parseConfig(routerToml(replicas, name, model), "<bench>", { env: {} }));
+    },
+    async stop() {
+      await Promise.all(sims.map((s) => s.stop()));
+    },
+  };
+}
+
+/**
+ * The replicas of the user's router.toml. The routers the bench starts listen on loopback
+ * port 0 with no client keys and no state file; everything else (upstream keys, thresholds,
+ * kv_tokens) is the user's.
+ */
+export async function configTarget(config: Config, model: string | undefined): Promise<Target> {
+  const replicas = config.replicas.map((r) => ({ name: r.name, url: r.url, kvTokens: r.kv_tokens }));
+  const resolved = model ?? config.replicas.find((r) => r.models.length > 0)?.models[0] ?? (await discoverModel(config));
+  return {
+    kind: "config",
+    replicas,
+    timeScale: 1,
+    model: resolved,
+    reset: async () => {},
+    simTotals: async () => undefined,
+    async startArm(name) {
+      if (name === "oracle") throw new LlmrouteError("usage", "bench: the oracle needs simulated replicas (--sim); it cannot see a real engine's cache");
+      const routing = { ...config.routing, policy: name };
+      delete routing.state_file;
+      const server = { ...config.server, listen: { host: "127.0.0.1", port: 0 }, api_keys: [] };
+      delete server.admin_listen;
+      return routerArm({ ...config, server, routing });
+    },
+    stop: async () => {},
+  };
+}
+
+async function discoverModel(config: Config): Promise<string> {
+  for (const r of config.replicas) {
+    try {
+      const res = await fetch(`${r.url}/v1/models`, { headers: r.api_key ? { authorization: `Bearer ${r.api_key}` } : {} });
+      const body = (await res.json()) as { data?: { id?: string }[] };
+      const id = body.data?.[0]?.id;
+      if (id) return id;
+    } catch {
+      // try the next replica
+    }
+  }
+  throw new LlmrouteError("usage", "bench: no replica answered /v1/models; pass --model");
+}

@@ -1,0 +1,87 @@
+import { describe, expect, it } from "bun:test";
+import { sendChat, SseLines } from "../../src/bench/client.ts";
+
+const enc = new TextEncoder();
+
+/** A fetch that answers with `chunks` (strings), one per read (no read-ahead), advancing a fake clock by 10 ms each. */
+function fakeFetch(chunks: string[], init: ResponseInit = { headers: { "content-type": "text/event-stream", "x-llmroute-replica": "gpu1", "x-llmroute-route": "pin" } }) {
+  let t = 0;
+  const now = () => t;
+  const fetch = async () => {
+    t += 10;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        const next = chunks.shift();
+        t += 10;
+        if (next === undefined) controller.close();
+        else controller.enqueue(enc.encode(next));
+      },
+    }, { highWaterMark: 0 });
+    return new Response(body, init);
+  };
+  return { fetch, now };
+}
+
+const role = 'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n';
+const delta = (text: string) => `data: {"choices":[{"delta":{"content":${JSON.stringify(text)}}}]}\n\n`;
+const usage = 'data: {"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":640}}}\n\n';
+
+describe("sendChat", () => {
+  it("times TTFT at the first content chunk, not the role chunk, and reads usage and headers", async () => {
+    const { fetch, now } = fakeFetch([role, delta("ab "), delta("cd "), usage, "data: [DONE]\n\n"]);
+    const out = await sendChat("http://x", {}, { fetch, now });
+    expect(out).toMatchObject({ replica: "gpu1", route: "pin", status: 200, text: "ab cd ", promptTokens: 900, cachedTokens: 640, completionTokens: 2 });
+    // fetch +10, role chunk +10, first content +10.
+    expect(out.ttftMs).toBe(30);
+    expect(out.totalMs).toBe(70);
+    expect(out.error).toBeUndefined();
+  });
+
+  it("parses events split anywhere across network chunks", async () => {
+    const whole = role + delta("x ") + usage + "data: [DONE]\n\n";
+    const pieces = whole.match(/.{1,7}/gs)!;
+    const { fetch, now } = fakeFetch(pieces);
+    const out = await sendChat("http://x", {}, { fetch, now });
+    expect(out.text).toBe("x ");
+    expect(out.cachedTokens).toBe(640);
+  });
+
+  it("reports HTTP errors and streams without content as errors", async () => {
+    const failing = async () => new Response(JSON.stringify({ error: { message: "no replica" } }), { status: 503 });
+    const out = await sendChat("http://x", {}, { fetch: failing, replica: "r" });
+    expect(out.status).toBe(503);
+    expect(out.error).toContain("HTTP 503");
+    const { fetch, now } = fakeFetch([role, usage]);
+    expect((await sendChat("http://x", {}, { fetch, now })).error).toBe("the stream carried no content");
+  });
+
+  it("reports an error event in the stream (the router's mid-stream failure)", async () => {
+    const { fetch, now } = fakeFetch([delta("a "), 'data: {"error":{"message":"replica gpu0 failed mid-stream"}}\n\n']);
+    expect((await sendChat("http://x", {}, { fetch, now })).error).toBe("replica gpu0 failed mid-stream");
+  });
+
+  it("reports a refused connection", async () => {
+    const refused = async () => {
+      throw new Error("connect ECONNREFUSED");
+    };
+    expect((await sendChat("http://x", {}, { fetch: refused })).error).toContain("ECONNREFUSED");
+  });
+});
+
+describe("SseLines", () => {
+  it.each([
+    [["data: a\n\n"], ["a"]],
+    [["data: a\r\n\r\n"], ["a"]],
+    [["da", "ta: a\n", "\ndata:b\n\n"], ["a", "b"]],
+    [[": comment\n\nevent: x\ndata: 1\ndata: 2\n\n"], ["1\n2"]],
+  ])("%j → %j", (chunks, expected) => {
+    const p = new SseLines();
+    expect([...chunks.flatMap((c) => p.push(c)), ...p.end()]).toEqual(expected);
+  });
+
+  it("an unterminated last event still counts at the end", () => {
+    const p = new SseLines();
+    expect(p.push("data: tail")).toEqual([]);
+    expect(p.end()).toEqual(["tail"]);
+  });
+});

@@ -1,0 +1,161 @@
+/**
+ * The bench end to end on two in-process sims at a tiny time scale and small sizes. It
+ * asserts the shapes that hold by construction — who went where, with which reason, how
+ * many samples — never timings, which at this scale are timer noise.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "bun:test";
+import { rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { parseBenchArgs } from "../../src/bench/args.ts";
+import { bench, type BenchOutput } from "../../src/bench/command.ts";
+import { silentProgress, type Sample } from "../../src/bench/run.ts";
+import { simTarget, type Target } from "../../src/bench/targets.ts";
+import { runCli } from "../helpers/proc.ts";
+
+let target: Target;
+beforeAll(async () => {
+  target = await simTarget({ replicas: 2, timeScale: 0.002 });
+});
+afterAll(async () => {
+  await target.stop();
+});
+
+const TURNS = 6;
+const small = {
+  "context-tokens": "3000",
+  turns: String(TURNS),
+  "turn-tokens": "200",
+  "reply-tokens": "8",
+  "burst-reply-tokens": "8",
+  "system-tokens": "100",
+  "burst-size": "16",
+  bursts: "2",
+  "task-tokens": "300",
+};
+
+async function run(raw: Record<string, string | boolean>): Promise<BenchOutput> {
+  const lines: string[] = [];
+  return bench(parseBenchArgs({ ...small, ...raw }), { out: (t) => lines.push(t), progress: silentProgress }, target);
+}
+
+const samplesOf = (out: BenchOutput, workload: string, arm: string): Sample[] =>
+  out.result.workloads.find((w) => w.workload === workload)!.arms.find((a) => a.arm === arm)!.samples;
+
+describe("agent and burst on two sims", () => {
+  let out: BenchOutput;
+  beforeAll(async () => {
+    out = await run({ workload: "agent,burst", policies: "roundrobin,affinity,hybrid" });
+  });
+
+  it("every request succeeded, and every arm has its sample count", () => {
+    expect(out.errors).toBe(0);
+    for (const w of out.summaries) expect(w.arms.map((a) => a.arm)).toEqual(["roundrobin", "affinity", "hybrid", "oracle"]);
+    const agent = out.summaries.find((w) => w.workload === "agent")!;
+    for (const a of agent.arms) expect([a.warm?.n, a.first?.n]).toEqual([TURNS - 1, 1]);
+    const burst = out.summaries.find((w) => w.workload === "burst")!;
+    for (const a of burst.arms) expect([a.burstWall?.n, a.ttft?.n]).toEqual([2, 32]);
+  });
+
+  it("hybrid pins every continuation turn to turn one's replica, which holds the previous turn", () => {
+    const turns = samplesOf(out, "agent", "hybrid");
+    expect(turns.map((s) => s.route)).toEqual(["spread", ...Array(TURNS - 1).fill("pin")]);
+    expect(new Set(turns.map((s) => s.replica)).size).toBe(1);
+    // The sim's cache confirms it: each turn finds the previous turn's prompt (to a 16-token block).
+    for (let i = 1; i < turns.length; i++) expect(turns[i]!.cachedTokens).toBeGreaterThanOrEqual(turns[i - 1]!.promptTokens - 16);
+  });
+
+  it("roundrobin alternates replicas turn by turn", () => {
+    const turns = samplesOf(out, "agent", "roundrobin");
+    expect(turns.every((s) => s.route === "spread")).toBe(true);
+    for (let i = 1; i < turns.length; i++) expect(turns[i]!.replica).not.toBe(turns[i - 1]!.replica);
+  });
+
+  it("affinity keeps the conversation on one replica; so does the oracle, by the cache alone", () => {
+    const affinity = samplesOf(out, "agent", "affinity");
+    expect(affinity.map((s) => s.route)).toEqual(["hash", ...Array(TURNS - 1).fill("pin")]);
+    expect(new Set(affinity.map((s) => s.replica)).size).toBe(1);
+    const oracle = samplesOf(out, "agent", "oracle");
+    expect(oracle.every((s) => s.route === "oracle")).toBe(true);
+    expect(new Set(oracle.map((s) => s.replica)).size).toBe(1);
+  });
+
+  it("a burst is spread evenly by roundrobin and hybrid, and piled onto one card by affinity", () => {
+    for (const arm of ["roundrobin", "hybrid"]) {
+      const members = samplesOf(out, "burst", arm);
+      for (const g of [0, 1]) {
+        const burst = members.filter((s) => s.group === g);
+        expect(burst.filter((s) => s.replica === "gpu0").length).toBe(8);
+        expect(burst.every((s) => s.route === "spread")).toBe(true);
+      }
+    }
+    const affinity = samplesOf(out, "burst", "affinity");
+    for (const g of [0, 1]) expect(new Set(affinity.filter((s) => s.group === g).map((s) => s.replica)).size).toBe(1);
+  });
+
+  it("each arm is salted apart: the first turn is cold everywhere", () => {
+    for (const arm of ["roundrobin", "affinity", "hybrid", "oracle"]) expect(samplesOf(out, "agent", arm)[0]!.cachedTokens).toBeLessThanOrEqual(16);
+  });
+});
+
+describe("mixed, shared and capacity on two sims", () => {
+  let out: BenchOutput;
+  beforeAll(async () => {
+    out = await run({
+      workload: "mixed,shared,capacity",
+      policies: "hybrid",
+      "mixed-agents": "2",
+      "mixed-context-tokens": "2000",
+      "mixed-turns": "4",
+      "burst-gap": "0",
+      docs: "3",
+      "doc-tokens": "500",
+      requests: "30",
+      rate: "50",
+      families: "80000,70000,60000",
+      "family-turns": "2",
+    });
+  });
+
+  it("mixed: two agents pinned to different replicas, and at least one burst while they ran", () => {
+    const s = samplesOf(out, "mixed", "hybrid");
+    const agents = s.filter((x) => x.kind === "turn");
+    expect(agents.length).toBe(8);
+    for (const a of [0, 1]) expect(agents.filter((x) => x.group === a && x.index > 1).every((x) => x.route === "pin")).toBe(true);
+    expect(new Set(agents.filter((x) => x.index === 1).map((x) => x.replica)).size).toBe(2);
+    const summary = out.summaries.find((w) => w.workload === "mixed")!.arms[0]!;
+    expect(summary.burstWall!.n).toBeGreaterThanOrEqual(1);
+    expect(s.filter((x) => x.kind === "burst").length).toBe(16 * summary.burstWall!.n);
+  });
+
+  it("shared: every request measured, with its cache truth and the replicas' shares", () => {
+    const summary = out.summaries.find((w) => w.workload === "shared")!.arms.find((a) => a.arm === "hybrid")!;
+    expect(summary.ttft?.n).toBe(30);
+    expect(summary.cachedShare).toBeGreaterThan(0);
+    expect(summary.replicaShare.gpu0! + summary.replicaShare.gpu1!).toBeCloseTo(1, 10);
+  });
+
+  it("capacity: three families on two cards put two on one card, over its KV, and the router says so", () => {
+    const summary = out.summaries.find((w) => w.workload === "capacity")!.arms.find((a) => a.arm === "hybrid")!;
+    expect(summary.perGroup?.length).toBe(3);
+    expect(summary.warm?.n).toBe(3);
+    expect(summary.capacityWarnings?.length).toBeGreaterThanOrEqual(1);
+    expect(summary.capacityWarnings![0]).toMatch(/exceeds kv_tokens 122636/);
+    const oracle = out.summaries.find((w) => w.workload === "capacity")!.arms.find((a) => a.arm === "oracle")!;
+    expect(oracle.capacityWarnings).toBeUndefined();
+  });
+});
+
+describe("llmroute demo", () => {
+  it("runs from the CLI, prints the comparison and where the HTML report is, and exits 0", async () => {
+    const report = `${tmpdir()}/llmroute-demo-test-${process.pid}.html`;
+    // Full demo sizes at a tiny time scale: the wiring, not the timings.
+    const { code, stdout, stderr } = await runCli(["demo", "--time-scale", "0.002", "--report", report]);
+    expect({ code, stderr: code === 0 ? "" : stderr }).toEqual({ code: 0, stderr: "" });
+    for (const title of ["agent —", "burst —", "mixed —", "headline"]) expect(stdout).toContain(title);
+    for (const policy of ["roundrobin", "affinity", "hybrid"]) expect(stdout).toMatch(new RegExp(`^${policy}\\s+15\\s`, "m"));
+    expect(stdout).not.toMatch(/^oracle/m);
+    expect(stdout).toContain(`HTML report (charts): ${report}`);
+    expect((await Bun.file(report).text()).startsWith("<!doctype html>")).toBe(true);
+    await rm(report);
+  }, 30_000);
+});
