@@ -5,7 +5,7 @@
  * every workload; then the tables and headline ratios of the text report.
  */
 import type { WorkloadName } from "./args.ts";
-import { headlineLines, headlines, TITLES, workloadTable, type WorkloadSummary } from "./report.ts";
+import { headlineLines, headlines, TITLES, workloadNote, workloadTable, type WorkloadSummary } from "./report.ts";
 import type { BenchResult, Sample } from "./run.ts";
 
 const COLOURS: Record<string, string> = {
@@ -23,9 +23,9 @@ export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 }
 
-const W = 680;
+const W = 700;
 const H = 300;
-const M = { left: 64, right: 150, top: 16, bottom: 44 };
+const M = { left: 64, right: 175, top: 16, bottom: 44 };
 const PW = W - M.left - M.right;
 const PH = H - M.top - M.bottom;
 
@@ -201,7 +201,10 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
         `TTFT distribution${warmOnly ? " of warm conversation turns" : ""}: further left is faster; a step is one request.`,
       ),
     );
-    sections.push(`<h2>${escapeHtml(TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(workloadTable(w, replicas))}</pre>`);
+    const note = workloadNote(w.workload, result);
+    sections.push(
+      `<h2>${escapeHtml(TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(workloadTable(w, replicas))}</pre>${note ? `<p class="note">${escapeHtml(note)}</p>` : ""}`,
+    );
   }
   const hl = headlines(summaries);
   return `<!doctype html>

