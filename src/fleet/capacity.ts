@@ -9,7 +9,7 @@ import type { Replica } from "./fleet.ts";
 
 export interface CapacityReading {
   replica: string;
-  /** Estimated tokens of distinct prefixes used within the window. */
+  /** Estimated tokens of distinct conversation or reused prefixes used within the window. */
   workingSetTokens: number;
   kvTokens: number;
   /** workingSetTokens / kvTokens (0 when the budget is unknown). */

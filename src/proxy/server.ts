@@ -86,7 +86,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     },
   });
   const refreshCapacity = () =>
-    capacity.update(fleet.replicas, router.index.workingSetSince(Date.now() - config.routing.capacity_window_ms), Date.now());
+    capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now() - config.routing.capacity_window_ms), Date.now());
   const separateAdmin = config.server.admin_listen !== undefined;
   const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity };
   const app = createApp({ ...appDeps, serves: { api: true, admin: !separateAdmin } });

@@ -57,6 +57,10 @@ interface Entry {
   parent?: string;
   /** Links on the same replica that extend this one; 0 = a tip (a conversation's latest turn). */
   children: number;
+  /** Recorded again after it was created: the prefix was reused (a later turn, a shared document). */
+  reused: boolean;
+  /** Recorded by a continuation: part of a conversation, likely to be sent again. */
+  continued: boolean;
 }
 
 /** Per-replica totals kept as entries come and go. */
@@ -73,8 +77,8 @@ export interface PrefixIndexOptions {
   ttlMs: number;
 }
 
-/** One saved index entry: [hash, replica, delta chars, lastUsed ms, parent hash or null]. */
-export type IndexRecord = [string, string, number, number, string | null];
+/** One saved index entry: [hash, replica, delta chars, lastUsed ms, parent hash or null, flags (1 reused, 2 continued)]. */
+export type IndexRecord = [string, string, number, number, string | null, number];
 
 /**
  * Bounded index of (prefix link, replica) → last use. Map order is LRU order; a chain is
@@ -107,8 +111,8 @@ export class PrefixIndex {
     return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: deepest.lastUsed };
   }
 
-  /** Remember that `replica` now holds every prefix in `chain`. */
-  record(chain: PrefixChain, replica: string, now: number): void {
+  /** Remember that `replica` now holds every prefix in `chain` (sent by a continuation or not). */
+  record(chain: PrefixChain, replica: string, now: number, continued = false): void {
     const stats = this.statsOf(replica);
     let childInserted = false;
     for (let i = chain.hashes.length - 1; i >= 0; i--) {
@@ -117,6 +121,8 @@ export class PrefixIndex {
       if (existing) {
         this.entries.delete(k);
         existing.lastUsed = now;
+        existing.reused = true;
+        if (continued) existing.continued = true;
         if (childInserted && existing.children++ === 0) stats.tips--;
         this.entries.set(k, existing);
         childInserted = false;
@@ -124,7 +130,7 @@ export class PrefixIndex {
         const delta = chain.ends[i]! - (i === 0 ? 0 : chain.ends[i - 1]!);
         const parent = i === 0 ? undefined : key(chain.hashes[i - 1]!, replica);
         const children = childInserted ? 1 : 0;
-        this.entries.set(k, { replica, delta, lastUsed: now, parent, children });
+        this.entries.set(k, { replica, delta, lastUsed: now, parent, children, reused: false, continued });
         stats.chars += delta;
         stats.entries++;
         if (children === 0) stats.tips++;
@@ -160,28 +166,40 @@ export class PrefixIndex {
     return { ...(this.stats.get(replica) ?? { chars: 0, entries: 0, tips: 0 }) };
   }
 
-  /** Characters of distinct prefixes per replica used at or after `since` (ms): the active working set. */
-  workingSetSince(since: number): Map<string, number> {
+  /**
+   * The active working set per replica, in characters: distinct prefixes used at or after
+   * `since` (ms) that belong to a conversation or were reused. A one-shot's own text, never
+   * sent again, occupies the cache only until evicted and is not what makes a card thrash.
+   */
+  activeWorkingSet(since: number): Map<string, number> {
     const out = new Map<string, number>();
     for (const e of this.entries.values()) {
-      if (e.lastUsed >= since) out.set(e.replica, (out.get(e.replica) ?? 0) + e.delta);
+      if (e.lastUsed >= since && (e.reused || e.continued)) out.set(e.replica, (out.get(e.replica) ?? 0) + e.delta);
     }
     return out;
   }
 
   /** Oldest first, so `restore` rebuilds the same LRU order. */
   save(): IndexRecord[] {
-    return [...this.entries].map(([k, e]) => [hashOf(k), e.replica, e.delta, e.lastUsed, e.parent ? hashOf(e.parent) : null]);
+    return [...this.entries].map(([k, e]) => [
+      hashOf(k),
+      e.replica,
+      e.delta,
+      e.lastUsed,
+      e.parent ? hashOf(e.parent) : null,
+      (e.reused ? 1 : 0) | (e.continued ? 2 : 0),
+    ]);
   }
 
   /** Load saved entries (e.g. from routing.state_file) for the replicas `keep` accepts. */
   restore(records: IndexRecord[], keep: (replica: string) => boolean): number {
     let restored = 0;
-    for (const [hash, replica, delta, lastUsed, parent] of records) {
+    for (const [hash, replica, delta, lastUsed, parent, flags] of records) {
       if (!keep(replica)) continue;
       const k = key(hash, replica);
       this.entries.delete(k);
-      this.entries.set(k, { replica, delta, lastUsed, parent: parent ? key(parent, replica) : undefined, children: 0 });
+      const parentKey = parent ? key(parent, replica) : undefined;
+      this.entries.set(k, { replica, delta, lastUsed, parent: parentKey, children: 0, reused: (flags & 1) !== 0, continued: (flags & 2) !== 0 });
       restored++;
     }
     this.rebuildStats();

@@ -66,7 +66,7 @@ export class Router {
   /** Record an acted-on decision: the replica now holds this prefix. */
   commit(input: RouteInput, decision: Decision, now: number): void {
     if (decision.usedCounter) this.counter++;
-    this.index.record(input.chain, decision.replica, now);
+    this.index.record(input.chain, decision.replica, now, input.shape.continuation);
   }
 
   /** A Responses API response `id` was produced by `replica`. */

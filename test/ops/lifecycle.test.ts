@@ -87,9 +87,17 @@ describe("visibility", () => {
     const gpu0 = await startSimProc("gpu0");
     const router = await startRouterProc([{ ...gpu0, extra: "kv_tokens = 1000\n" }]);
     const client = router.client();
-    // three long conversations, each ~600 tokens: far over a 1,000-token card
+    // one-shots, however long, are not a working set: they are never sent again
+    for (let i = 0; i < 4; i++) {
+      await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `one-shot ${i} ${"text ".repeat(500)}` }], max_tokens: 1 });
+    }
+    expect((await status(router.url)).warnings).toEqual([]);
+    // three long conversations (two turns each), each ~600 tokens: far over a 1,000-token card
     for (let c = 0; c < 3; c++) {
-      await client.chat.completions.create({ model: "sim-model", messages: conversation(`family ${c} ${"document ".repeat(270)}`).messages, max_tokens: 1 });
+      const family = conversation(`family ${c} ${"document ".repeat(270)}`);
+      await client.chat.completions.create({ model: "sim-model", messages: family.messages, max_tokens: 1 });
+      family.grow(1);
+      await client.chat.completions.create({ model: "sim-model", messages: family.messages, max_tokens: 1 });
     }
     const s = await until(async () => {
       const doc = await status(router.url);

@@ -127,19 +127,34 @@ describe("PrefixIndex bookkeeping", () => {
     expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: late.ends.at(-1)! });
   });
 
-  it("workingSetSince counts only recently used links", () => {
+  it("the active working set counts recent conversations and reused prefixes, not one-shots' own text", () => {
     const idx = index();
-    idx.record(convo(0, "old").chain, "gpu0", 0);
-    idx.record(convo(0, "new").chain, "gpu1", 50);
-    expect(Object.fromEntries(idx.workingSetSince(10))).toEqual({ gpu1: convo(0, "new").chain.ends.at(-1)! });
+    const system = "S".repeat(3000);
+    const oneShot = (i: number) => chat([{ role: "system", content: system }, { role: "user", content: `distinct task ${i}` }]);
+    for (let i = 0; i < 5; i++) idx.record(oneShot(i).chain, "gpu0", 10, false);
+    // the shared system prompt was reused (counted once); the five tasks were not
+    const systemChars = "system\u001e".length + system.length;
+    expect(idx.activeWorkingSet(0).get("gpu0")).toBe(systemChars);
+
+    // a conversation: turn 1 is a one-shot, turn 2 continues it — both turns count
+    const t1 = convo(0, "talk");
+    const t2 = convo(1, "talk");
+    idx.record(t1.chain, "gpu1", 20, false);
+    expect(idx.activeWorkingSet(0).get("gpu1")).toBeUndefined();
+    idx.record(t2.chain, "gpu1", 30, true);
+    expect(idx.activeWorkingSet(0).get("gpu1")).toBe(t2.chain.ends.at(-1)!);
+    // and only recently used links
+    expect(idx.activeWorkingSet(25).get("gpu0")).toBeUndefined();
+    expect(idx.activeWorkingSet(25).get("gpu1")).toBe(t2.chain.ends.at(-1)!);
   });
 
   it("restore rebuilds tips from the saved parents", () => {
     const idx = index();
-    for (let t = 0; t < 3; t++) idx.record(convo(t).chain, "gpu0", t);
+    for (let t = 0; t < 3; t++) idx.record(convo(t).chain, "gpu0", t, t > 0);
     idx.record(convo(0, "b").chain, "gpu0", 5);
     const copy = index();
     copy.restore(idx.save(), () => true);
     expect(copy.replicaStats("gpu0")).toEqual(idx.replicaStats("gpu0"));
+    expect(copy.activeWorkingSet(0)).toEqual(idx.activeWorkingSet(0));
   });
 });
