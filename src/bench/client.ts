@@ -4,6 +4,7 @@
  * first byte: a role-only chunk is not an answer); usage comes from the final chunk that
  * `stream_options.include_usage` adds, which is the per-request cache truth.
  */
+import { SseParser } from "../engines/sse.ts";
 
 export interface Outcome {
   /** Where it went: the router's x-llmroute-replica header, or the oracle's choice. */
@@ -71,7 +72,7 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
     outcome.totalMs = now() - started;
     return outcome;
   }
-  const parser = new SseLines();
+  const parser = new SseParser();
   const decoder = new TextDecoder();
   const onData = (data: string) => {
     if (data === "[DONE]") return;
@@ -112,36 +113,3 @@ interface StreamChunk {
   error?: string | { message?: string };
 }
 
-/** Server-sent events → the `data` of each complete event (events split across chunks anywhere). */
-export class SseLines {
-  private buffer = "";
-  private data: string[] = [];
-
-  push(text: string): string[] {
-    this.buffer += text;
-    const out: string[] = [];
-    let nl: number;
-    while ((nl = this.buffer.indexOf("\n")) >= 0) {
-      this.line(this.buffer.slice(0, nl).replace(/\r$/, ""), out);
-      this.buffer = this.buffer.slice(nl + 1);
-    }
-    return out;
-  }
-
-  end(): string[] {
-    const out: string[] = [];
-    if (this.buffer !== "") this.line(this.buffer, out);
-    this.buffer = "";
-    this.line("", out);
-    return out;
-  }
-
-  private line(line: string, out: string[]): void {
-    if (line === "") {
-      if (this.data.length > 0) out.push(this.data.join("\n"));
-      this.data = [];
-    } else if (line.startsWith("data:")) {
-      this.data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
-    }
-  }
-}

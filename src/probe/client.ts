@@ -5,7 +5,7 @@
  */
 import { LlmrouteError } from "../errors.ts";
 import { parseScrape, type Scrape } from "./metrics.ts";
-import { SseParser } from "./sse.ts";
+import { SseParser } from "../engines/sse.ts";
 import type { RequestMeasure } from "./verdict.ts";
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;

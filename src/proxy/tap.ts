@@ -1,9 +1,11 @@
 /**
  * Reads a relayed response on the side, without holding it up: time to first byte, the
- * final usage (cached tokens included) and a Responses API id. SSE is scanned line by line
+ * final usage (cached tokens included) and a Responses API id. SSE is parsed event by event
  * and only lines that can carry usage or an id are parsed; a JSON body is parsed once at
  * the end (up to a cap).
  */
+
+import { SseParser } from "../engines/sse.ts";
 
 export interface Usage {
   promptTokens?: number;
@@ -20,6 +22,7 @@ const JSON_CAP = 8 << 20;
 export class ResponseTap {
   readonly result: TapResult = {};
   private readonly decoder = new TextDecoder();
+  private readonly events = new SseParser();
   private buffered = "";
   private size = 0;
   private readonly sse: boolean;
@@ -37,12 +40,7 @@ export class ResponseTap {
       if (this.size <= JSON_CAP) this.buffered += this.decoder.decode(chunk, { stream: true });
       return;
     }
-    this.buffered += this.decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = this.buffered.indexOf("\n")) >= 0) {
-      this.line(this.buffered.slice(0, nl));
-      this.buffered = this.buffered.slice(nl + 1);
-    }
+    for (const data of this.events.push(this.decoder.decode(chunk, { stream: true }))) this.event(data);
   }
 
   finish(): TapResult {
@@ -53,16 +51,19 @@ export class ResponseTap {
       } catch {
         // not JSON after all (or cut off): no usage to report
       }
-    } else if (this.sse && this.buffered) this.line(this.buffered);
+    } else if (this.sse) {
+      for (const data of this.events.push(this.decoder.decode())) this.event(data);
+      for (const data of this.events.end()) this.event(data);
+    }
     this.buffered = "";
     return this.result;
   }
 
-  private line(line: string): void {
-    if (!line.startsWith("data:")) return;
-    if (!/"(usage|timings)"|"response\.(created|completed)"/.test(line)) return;
+  private event(data: string): void {
+    // Only events that can carry usage or a response id are worth a JSON.parse.
+    if (!/"(usage|timings)"|"response\.(created|completed)"/.test(data)) return;
     try {
-      this.absorb(JSON.parse(line.slice(5)));
+      this.absorb(JSON.parse(data));
     } catch {
       // a malformed event is the client's problem to see, not ours to fix
     }

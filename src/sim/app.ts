@@ -9,14 +9,14 @@
 import { ApiError, errorResponse, type ErrorShape } from "./_api-error.ts";
 import { idPrefix, jsonBody, streamFormat, type FormatContext } from "./_formats.ts";
 import { realClock, type Clock } from "./clock.ts";
-import { SimEngine, type Sequence, type SequenceResult } from "./engine.ts";
+import { SimEngine, type EngineStats, type Sequence, type SequenceResult } from "./engine.ts";
 import { Faults } from "./faults.ts";
 import { renderMetrics } from "./metrics.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
 
-/** GET /sim/state. */
-export interface SimState {
+/** GET /sim/state: the engine's counters plus its configuration and pool. */
+export interface SimState extends EngineStats {
   name: string;
   model: string;
   profile: string;
@@ -38,17 +38,6 @@ export interface SimState {
   kv_cache_usage: number;
   running: number;
   waiting: number;
-  requests_total: number;
-  completed_total: number;
-  cancelled_total: number;
-  faulted_total: number;
-  rejected_total: number;
-  preemptions_total: number;
-  prompt_tokens_total: number;
-  generation_tokens_total: number;
-  prefix_cache_queries_total: number;
-  prefix_cache_hits_total: number;
-  cached_tokens_total: number;
   stored_responses: number;
   faults: ReturnType<Faults["snapshot"]>;
 }

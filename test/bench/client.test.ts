@@ -1,5 +1,6 @@
 import { describe, expect, it } from "bun:test";
-import { sendChat, SseLines } from "../../src/bench/client.ts";
+import { sendChat } from "../../src/bench/client.ts";
+import { SseParser } from "../../src/engines/sse.ts";
 
 const enc = new TextEncoder();
 
@@ -68,19 +69,19 @@ describe("sendChat", () => {
   });
 });
 
-describe("SseLines", () => {
+describe("SseParser (as the bench uses it)", () => {
   it.each([
     [["data: a\n\n"], ["a"]],
     [["data: a\r\n\r\n"], ["a"]],
     [["da", "ta: a\n", "\ndata:b\n\n"], ["a", "b"]],
     [[": comment\n\nevent: x\ndata: 1\ndata: 2\n\n"], ["1\n2"]],
   ])("%j → %j", (chunks, expected) => {
-    const p = new SseLines();
+    const p = new SseParser();
     expect([...chunks.flatMap((c) => p.push(c)), ...p.end()]).toEqual(expected);
   });
 
   it("an unterminated last event still counts at the end", () => {
-    const p = new SseLines();
+    const p = new SseParser();
     expect(p.push("data: tail")).toEqual([]);
     expect(p.end()).toEqual(["tail"]);
   });

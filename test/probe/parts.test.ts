@@ -8,7 +8,7 @@ import { parseProbeArgs } from "../../src/probe/args.ts";
 import { errorMessage, usageOf } from "../../src/probe/client.ts";
 import { createProgress } from "../../src/probe/progress.ts";
 import { table } from "../../src/probe/render.ts";
-import { SseParser } from "../../src/probe/sse.ts";
+import { SseParser } from "../../src/engines/sse.ts";
 
 describe("SseParser", () => {
   const stream = 'data: {"a":1}\n\n: keep-alive\n\ndata: {"b":2}\r\n\r\nevent: x\ndata: line1\ndata: line2\n\ndata: [DONE]\n\n';
