@@ -1,8 +1,10 @@
 /**
  * The capacity wall (seed: "routing cannot rescue arithmetic"). A running sequence and its
  * cached prefixes draw on one per-card KV pool; when the prefixes of recently active
- * conversations on a replica exceed its `kv_tokens`, the engine evicts and re-prefills
- * whatever the placement. Say so once per episode, with the numbers and the real levers.
+ * conversations on a replica exceed its `kv_tokens`, the engine evicts and re-prefills.
+ * Say so once per episode, with the numbers and the levers that apply: when the fleet's
+ * distinct working set exceeds the fleet's KV, no placement helps; when it fits, the
+ * same prefixes are held on several cards and a prefix-affine placement can help.
  */
 import type { Log } from "../log.ts";
 import type { Replica } from "./fleet.ts";
@@ -17,28 +19,54 @@ export interface CapacityReading {
   over: boolean;
   /** When the current over-budget episode began (ms), if over. */
   since?: number;
+  /** Why, and what would help (set while over). */
+  advice?: string;
+}
+
+/** The whole fleet: distinct prefixes counted once across replicas, against the summed budget. */
+export interface FleetCapacity {
+  workingSetTokens: number;
+  kvTokens: number;
 }
 
 /** An episode ends when the working set falls back below this share of the budget. */
 const CLEAR_RATIO = 0.9;
 
-export const CAPACITY_LEVERS = "routing cannot fix this: add a card, compact context client-side, or run fewer large contexts at once";
+export const CAPACITY_LEVERS = "add a card, compact context client-side, or run fewer large contexts at once";
 
 export class CapacityWatch {
   private readonly episodes = new Map<string, number>();
   /** Warnings issued per replica (the metric counts them). */
   readonly warnings = new Map<string, number>();
   readings: CapacityReading[] = [];
+  fleet: FleetCapacity = { workingSetTokens: 0, kvTokens: 0 };
 
   constructor(private readonly log: Log) {}
 
   /**
-   * Update from the per-replica working set in characters (prefix index, within the
-   * window) converted with each replica's calibrated characters per token.
+   * Update from the working set in characters (prefix index, within the window): per
+   * replica, and for the fleet with each prefix once. Characters become tokens with each
+   * replica's calibrated characters per token (their mean for the fleet).
    */
-  update(replicas: readonly Replica[], workingSetChars: ReadonlyMap<string, number>, now: number): CapacityReading[] {
+  update(
+    replicas: readonly Replica[],
+    workingSet: { perReplica: ReadonlyMap<string, number>; fleet: number },
+    now: number,
+  ): CapacityReading[] {
+    const budgeted = replicas.filter((r) => r.config.kv_tokens > 0);
+    const meanCpt = replicas.length ? replicas.reduce((s, r) => s + r.charsPerToken, 0) / replicas.length : 4;
+    this.fleet = {
+      workingSetTokens: Math.round(workingSet.fleet / meanCpt),
+      kvTokens: budgeted.reduce((s, r) => s + r.config.kv_tokens, 0),
+    };
+    const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
+    const fmt = (n: number) => n.toLocaleString("en-US");
+    const advice = fleetFits
+      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the same prefixes are held on several cards: a prefix-affine placement (policy cache-aware) can help; if not, ${CAPACITY_LEVERS}`
+      : `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}), so routing cannot fix this: ${CAPACITY_LEVERS}`;
+
     this.readings = replicas.map((r) => {
-      const tokens = Math.round((workingSetChars.get(r.name) ?? 0) / r.charsPerToken);
+      const tokens = Math.round((workingSet.perReplica.get(r.name) ?? 0) / r.charsPerToken);
       const kv = r.config.kv_tokens;
       const ratio = kv > 0 ? tokens / kv : 0;
       let since = this.episodes.get(r.name);
@@ -47,15 +75,22 @@ export class CapacityWatch {
         this.episodes.set(r.name, now);
         this.warnings.set(r.name, (this.warnings.get(r.name) ?? 0) + 1);
         this.log.warn(
-          `capacity: ${r.name} holds ~${tokens.toLocaleString("en-US")} tokens of recently active prefixes, over its KV budget of ${kv.toLocaleString("en-US")} (${Math.round(ratio * 100)}%); the engine will evict and re-prefill — ${CAPACITY_LEVERS}`,
-          { replica: r.name, working_set_tokens: tokens, kv_tokens: kv },
+          `capacity: ${r.name} holds ~${fmt(tokens)} tokens of recently active prefixes, over its KV budget of ${fmt(kv)} (${Math.round(ratio * 100)}%); the engine will evict and re-prefill — ${advice}`,
+          { replica: r.name, working_set_tokens: tokens, kv_tokens: kv, fleet_working_set_tokens: this.fleet.workingSetTokens, fleet_kv_tokens: this.fleet.kvTokens },
         );
       } else if (since !== undefined && ratio < CLEAR_RATIO) {
         this.episodes.delete(r.name);
         since = undefined;
         this.log.info(`capacity: ${r.name} back under its KV budget`, { replica: r.name, working_set_tokens: tokens, kv_tokens: kv });
       }
-      return { replica: r.name, workingSetTokens: tokens, kvTokens: kv, ratio, over: since !== undefined, ...(since === undefined ? {} : { since }) };
+      return {
+        replica: r.name,
+        workingSetTokens: tokens,
+        kvTokens: kv,
+        ratio,
+        over: since !== undefined,
+        ...(since === undefined ? {} : { since, advice }),
+      };
     });
     return this.readings;
   }

@@ -44,7 +44,8 @@ export class Telemetry {
       this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.workingSetTokens]),
     );
     r.gauge("llmroute_kv_budget_tokens", "The replica's configured kv_tokens.", each((x) => x.config.kv_tokens));
-    r.gauge("llmroute_capacity_exceeded", "1 while the working set exceeds the KV budget (routing cannot fix it).", () =>
+    r.gauge("llmroute_fleet_working_set_tokens", "Distinct active prefixes across all replicas, each counted once.", () => [[{}, this.live().capacity.fleet.workingSetTokens]]);
+    r.gauge("llmroute_capacity_exceeded", "1 while the replica's working set exceeds its KV budget.", () =>
       this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.over ? 1 : 0]),
     );
     r.gauge("llmroute_capacity_warnings_total", "Over-budget episodes warned about.", () =>
@@ -85,7 +86,7 @@ export class Telemetry {
       const cached = this.cachedTokens.get({ replica: r.name });
       const warnings: string[] = [];
       if (cap?.over) {
-        warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; routing cannot fix this (add a card, compact context, fewer concurrent large contexts)`);
+        warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
       }
       if (!r.healthy && r.lastError) warnings.push(`down: ${r.lastError.message}`);
       if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
@@ -121,6 +122,7 @@ export class Telemetry {
       healthy: replicas.filter((r) => r.healthy).length,
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
+      fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
       replicas,
       warnings: replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)),
     };
@@ -156,6 +158,8 @@ export interface StatusDocument {
   healthy: number;
   index: { entries: number; max_entries: number };
   capacity_window_s: number;
+  /** Distinct prefixes across replicas (each once) vs the summed kv_tokens. */
+  fleet: { working_set_tokens: number; kv_tokens: number };
   replicas: ReplicaStatus[];
   warnings: string[];
 }

@@ -167,16 +167,25 @@ export class PrefixIndex {
   }
 
   /**
-   * The active working set per replica, in characters: distinct prefixes used at or after
-   * `since` (ms) that belong to a conversation or were reused. A one-shot's own text, never
-   * sent again, occupies the cache only until evicted and is not what makes a card thrash.
+   * The active working set in characters: distinct prefixes used at or after `since` (ms)
+   * that belong to a conversation or were reused — per replica, and for the whole fleet
+   * with a prefix held on several replicas counted once. A one-shot's own text, never sent
+   * again, occupies the cache only until evicted and is not what makes a card thrash.
    */
-  activeWorkingSet(since: number): Map<string, number> {
-    const out = new Map<string, number>();
-    for (const e of this.entries.values()) {
-      if (e.lastUsed >= since && (e.reused || e.continued)) out.set(e.replica, (out.get(e.replica) ?? 0) + e.delta);
+  activeWorkingSet(since: number): { perReplica: Map<string, number>; fleet: number } {
+    const perReplica = new Map<string, number>();
+    const seen = new Set<string>();
+    let fleet = 0;
+    for (const [k, e] of this.entries) {
+      if (e.lastUsed < since || !(e.reused || e.continued)) continue;
+      perReplica.set(e.replica, (perReplica.get(e.replica) ?? 0) + e.delta);
+      const hash = hashOf(k);
+      if (!seen.has(hash)) {
+        seen.add(hash);
+        fleet += e.delta;
+      }
     }
-    return out;
+    return { perReplica, fleet };
   }
 
   /** Oldest first, so `restore` rebuilds the same LRU order. */

@@ -105,6 +105,8 @@ describe("visibility", () => {
     }, "a capacity warning in /status");
     expect(s.warnings[0]).toContain("gpu0: working set ~");
     expect(s.warnings[0]).toContain("routing cannot fix this");
+    expect(s.fleet.kv_tokens).toBe(1000);
+    expect(s.fleet.working_set_tokens).toBeGreaterThan(1000);
     expect(s.replicas[0]!.working_set_ratio).toBeGreaterThan(1);
     const warned = logRecords(router).filter((r) => r.level === "warn" && String(r.msg).startsWith("capacity:"));
     expect(warned).toHaveLength(1);

@@ -134,18 +134,31 @@ describe("PrefixIndex bookkeeping", () => {
     for (let i = 0; i < 5; i++) idx.record(oneShot(i).chain, "gpu0", 10, false);
     // the shared system prompt was reused (counted once); the five tasks were not
     const systemChars = "system\u001e".length + system.length;
-    expect(idx.activeWorkingSet(0).get("gpu0")).toBe(systemChars);
+    expect(idx.activeWorkingSet(0).perReplica.get("gpu0")).toBe(systemChars);
 
     // a conversation: turn 1 is a one-shot, turn 2 continues it — both turns count
     const t1 = convo(0, "talk");
     const t2 = convo(1, "talk");
     idx.record(t1.chain, "gpu1", 20, false);
-    expect(idx.activeWorkingSet(0).get("gpu1")).toBeUndefined();
+    expect(idx.activeWorkingSet(0).perReplica.get("gpu1")).toBeUndefined();
     idx.record(t2.chain, "gpu1", 30, true);
-    expect(idx.activeWorkingSet(0).get("gpu1")).toBe(t2.chain.ends.at(-1)!);
+    expect(idx.activeWorkingSet(0).perReplica.get("gpu1")).toBe(t2.chain.ends.at(-1)!);
     // and only recently used links
-    expect(idx.activeWorkingSet(25).get("gpu0")).toBeUndefined();
-    expect(idx.activeWorkingSet(25).get("gpu1")).toBe(t2.chain.ends.at(-1)!);
+    expect(idx.activeWorkingSet(25).perReplica.get("gpu0")).toBeUndefined();
+    expect(idx.activeWorkingSet(25).perReplica.get("gpu1")).toBe(t2.chain.ends.at(-1)!);
+  });
+
+  it("the fleet's active working set counts a prefix held on several replicas once", () => {
+    const idx = index();
+    const doc = (q: string) => chat([{ role: "user", content: `${"D".repeat(4000)}` }, { role: "assistant", content: "ok" }, { role: "user", content: q }]);
+    idx.record(doc("a").chain, "gpu0", 1, true);
+    idx.record(doc("b").chain, "gpu1", 2, true);
+    const { perReplica, fleet } = idx.activeWorkingSet(0);
+    const shared = doc("a").chain.ends.at(-2)!;
+    const tail = doc("a").chain.ends.at(-1)! - shared;
+    expect(perReplica.get("gpu0")).toBe(shared + tail);
+    expect(perReplica.get("gpu1")).toBe(shared + tail);
+    expect(fleet).toBe(shared + 2 * tail);
   });
 
   it("restore rebuilds tips from the saved parents", () => {
