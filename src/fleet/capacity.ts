@@ -3,8 +3,8 @@
  * cached prefixes draw on one per-card KV pool; when the prefixes of recently active
  * conversations on a replica exceed its `kv_tokens`, the engine evicts and re-prefills.
  * Say so once per episode, with the numbers and the levers that apply: when the fleet's
- * distinct working set exceeds the fleet's KV, no placement helps; when it fits, the
- * same prefixes are held on several cards and a prefix-affine placement can help.
+ * distinct working set exceeds the fleet's KV, no placement helps; when it fits, the cards
+ * are unevenly loaded or hold the same prefixes twice, and placement can help.
  */
 import type { Log } from "../log.ts";
 import type { Replica } from "./fleet.ts";
@@ -62,7 +62,7 @@ export class CapacityWatch {
     const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
     const fmt = (n: number) => n.toLocaleString("en-US");
     const advice = fleetFits
-      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the same prefixes are held on several cards: a prefix-affine placement (policy cache-aware) can help; if not, ${CAPACITY_LEVERS}`
+      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help (policy cache-aware puts new conversations on the card with the smallest working set and keeps each shared prefix on one card); if it does not, ${CAPACITY_LEVERS}`
       : `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}), so routing cannot fix this: ${CAPACITY_LEVERS}`;
 
     this.readings = replicas.map((r) => {

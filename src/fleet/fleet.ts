@@ -19,6 +19,9 @@ export type FetchLike = (input: string | URL | Request, init?: RequestInit & { t
 /** The engine signals the router uses (others are the probe's business). */
 const LOAD_SIGNALS = ["running", "waiting", "kv_usage"] as const;
 
+/** Each observation keeps this share of the previous sums: recent traffic counts most. */
+const TOKENS_DECAY = 0.95;
+
 /** Default characters per token before any usage is observed. */
 export const DEFAULT_CHARS_PER_TOKEN = 4;
 
@@ -37,6 +40,8 @@ export class Replica {
   discovered = false;
   /** Characters of canonical prompt per engine token, learned from usage.prompt_tokens. */
   charsPerToken = DEFAULT_CHARS_PER_TOKEN;
+  private observedChars = 0;
+  private observedTokens = 0;
   /** Engine-reported queue (waiting requests) when metrics are scraped. */
   engineWaiting = 0;
   /** The last scrape of the engine's /metrics (when `metrics` is configured). */
@@ -57,11 +62,16 @@ export class Replica {
     return this.cards.some((c) => c.id === model);
   }
 
-  /** Learn the engine's tokenisation from a response: exponential average, clamped. */
+  /**
+   * Learn the engine's tokenisation from a response: the ratio of decayed sums, so large
+   * prompts (the ones that fill the KV) dominate and a burst of short ones, whose chat
+   * template overhead skews their own ratio, barely moves it.
+   */
   observeTokens(chars: number, promptTokens: number): void {
     if (!(promptTokens > 0) || !(chars > 0)) return;
-    const sample = Math.min(16, Math.max(0.5, chars / promptTokens));
-    this.charsPerToken += 0.2 * (sample - this.charsPerToken);
+    this.observedChars = this.observedChars * TOKENS_DECAY + chars;
+    this.observedTokens = this.observedTokens * TOKENS_DECAY + promptTokens;
+    this.charsPerToken = Math.min(16, Math.max(0.5, this.observedChars / this.observedTokens));
   }
 
   view(cachedChars: number): ReplicaView {

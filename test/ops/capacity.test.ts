@@ -36,6 +36,14 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     expect(watch.update([gpu0], { perReplica: new Map([["gpu0", 2400]]), fleet: 2400 }, 1)[0]).toMatchObject({ workingSetTokens: 1200, over: true });
   });
 
+  it("calibration is led by large prompts: short ones with template overhead barely move it", () => {
+    const gpu0 = replica("gpu0", 1000);
+    for (let i = 0; i < 5; i++) gpu0.observeTokens(320_000, 80_000);
+    for (let i = 0; i < 10; i++) gpu0.observeTokens(12, 13);
+    expect(gpu0.charsPerToken).toBeGreaterThan(3.99);
+    expect(gpu0.charsPerToken).toBeLessThan(4);
+  });
+
   it("a replica without kv_tokens is never over budget", () => {
     const log = memoryLog();
     const watch = new CapacityWatch(log);
@@ -51,7 +59,7 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     // the same shared documents on both cards: 1,200 tokens each, 1,300 distinct in all
     const [a] = watch.update(cards, { perReplica: new Map([["gpu0", 4800], ["gpu1", 4800]]), fleet: 5200 }, 1);
     expect(a).toMatchObject({ over: true });
-    expect(a!.advice).toContain("fits, so the same prefixes are held on several cards: a prefix-affine placement (policy cache-aware) can help");
+    expect(a!.advice).toContain("fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help");
     expect(watch.fleet).toEqual({ workingSetTokens: 1300, kvTokens: 2000 });
     expect(log.records.filter((r) => r.level === "warn")).toHaveLength(2);
   });
