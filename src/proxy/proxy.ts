@@ -96,20 +96,17 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return reject(413, `request body is larger than server.max_body (${config.server.max_body_bytes} bytes)`);
     }
 
+    // Routed endpoints must carry a JSON object. Others (/tokenize, …) pass through as
+    // they are; if they happen to be JSON, their `model` still picks the pool.
     let body: unknown;
-    if (endpoint !== "other") {
+    if (endpoint !== "other" || (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json"))) {
       try {
         body = JSON.parse(new TextDecoder().decode(bytes));
       } catch (error) {
-        return reject(400, `request body is not valid JSON: ${(error as Error).message}`);
+        if (endpoint !== "other") return reject(400, `request body is not valid JSON: ${(error as Error).message}`);
       }
-      if (!body || typeof body !== "object" || Array.isArray(body)) return reject(400, "request body must be a JSON object");
-    } else if (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json")) {
-      // Other endpoints (/tokenize, …) pass through as they are; their `model` still picks the pool.
-      try {
-        body = JSON.parse(new TextDecoder().decode(bytes));
-      } catch {
-        body = undefined;
+      if (endpoint !== "other" && (!body || typeof body !== "object" || Array.isArray(body))) {
+        return reject(400, "request body must be a JSON object");
       }
     }
 
