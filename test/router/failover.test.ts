@@ -72,7 +72,7 @@ describe("before the first byte: demote and retry", () => {
   });
 });
 
-describe("after the first byte: never retried", () => {
+describe("after the first byte: never retried; a client that leaves stops the engine", () => {
   it("an upstream that breaks mid-stream ends the client's stream with an error event, and no other replica is asked", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1]);
@@ -104,6 +104,26 @@ describe("after the first byte: never retried", () => {
     }, "the sim to see the cancel");
     expect(state.completed_total).toBe(0);
     expect(await until(() => logRecords(router, "request").find((r) => r.outcome === "client_cancelled"), "the cancelled request's log line")).toMatchObject({ replica: "gpu0" });
+  });
+
+
+  it("a client that leaves before the first byte (during a long prefill) aborts the upstream request too", async () => {
+    // 3090 profile at 0.5: a 40k-token prompt prefills for ~5 s real
+    const gpu0 = await startSimProc("gpu0", ["--profile", "3090", "--time-scale", "0.5"]);
+    const router = await startRouterProc([gpu0]);
+    const abort = new AbortController();
+    const pending = router
+      .client()
+      .chat.completions.create({ ...ask("x".repeat(160_000)), stream: true }, { signal: abort.signal })
+      .catch((e) => e);
+    await until(async () => (await gpu0.state()).running === 1, "the prefill to start");
+    abort.abort();
+    expect(await pending).toBeInstanceOf(Error);
+    const state = await until(async () => {
+      const s = await gpu0.state();
+      return s.cancelled_total === 1 && s.running === 0 ? s : undefined;
+    }, "the sim to see the cancel");
+    expect(state.completed_total).toBe(0);
   });
 });
 
