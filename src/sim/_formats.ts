@@ -159,19 +159,24 @@ export interface StreamFormat {
 const data = (obj: unknown) => `data: ${JSON.stringify(obj)}\n\n`;
 const event = (type: string, obj: unknown) => `event: ${type}\ndata: ${JSON.stringify(obj)}\n\n`;
 
+/** One OpenAI-style SSE chunk (chat and completions differ only in `object`). */
+function openAiChunk(ctx: FormatContext, object: string) {
+  return (choices: unknown[], extra: Record<string, unknown> = {}) =>
+    data({
+      id: ctx.id,
+      object,
+      created: ctx.created,
+      model: ctx.model,
+      choices,
+      ...(ctx.includeUsage ? { usage: null } : {}),
+      ...extra,
+    });
+}
+
 export function streamFormat(ctx: FormatContext): StreamFormat {
   switch (ctx.endpoint) {
     case "/v1/chat/completions": {
-      const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
-        data({
-          id: ctx.id,
-          object: "chat.completion.chunk",
-          created: ctx.created,
-          model: ctx.model,
-          choices,
-          ...(ctx.includeUsage ? { usage: null } : {}),
-          ...extra,
-        });
+      const chunk = openAiChunk(ctx, "chat.completion.chunk");
       return {
         start: () => [chunk([{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }])],
         delta: (text) => [chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }])],
@@ -183,16 +188,7 @@ export function streamFormat(ctx: FormatContext): StreamFormat {
       };
     }
     case "/v1/completions": {
-      const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
-        data({
-          id: ctx.id,
-          object: "text_completion",
-          created: ctx.created,
-          model: ctx.model,
-          choices,
-          ...(ctx.includeUsage ? { usage: null } : {}),
-          ...extra,
-        });
+      const chunk = openAiChunk(ctx, "text_completion");
       return {
         start: () => [],
         delta: (text) => [chunk([{ index: 0, text, logprobs: null, finish_reason: null }])],
