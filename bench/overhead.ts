@@ -9,8 +9,10 @@
  * The engine is `llmroute sim` at a near-zero time scale, so what is left is HTTP and
  * routing work. Everything runs on this machine's cores, so read ratios, not absolutes.
  */
+import { readFileSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { parseArgs } from "node:util";
+import { spawnCli } from "../test/helpers/proc.ts";
 
 const { values } = parseArgs({
   args: Bun.argv.slice(2),
@@ -26,35 +28,6 @@ const REQUESTS = Number(values.requests);
 const ROUNDS = Number(values.rounds);
 const CONCURRENCY = Number(values.concurrency);
 const CONTEXT = Number(values["context-chars"]);
-const ROOT = new URL("..", import.meta.url).pathname;
-const BUN = process.execPath;
-
-type Proc = { proc: ReturnType<typeof Bun.spawn>; lines: string[] };
-
-function spawn(cmd: string[], ready: RegExp): Promise<{ p: Proc; match: RegExpMatchArray }> {
-  const proc = Bun.spawn(cmd, { cwd: ROOT, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  const lines: string[] = [];
-  return new Promise((resolve, reject) => {
-    const decoder = new TextDecoder();
-    const pump = async (s: ReadableStream<Uint8Array>) => {
-      let buf = "";
-      for await (const chunk of s) {
-        buf += decoder.decode(chunk, { stream: true });
-        let nl: number;
-        while ((nl = buf.indexOf("\n")) >= 0) {
-          const line = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
-          lines.push(line);
-          const m = line.match(ready);
-          if (m) resolve({ p: { proc, lines }, match: m });
-        }
-      }
-    };
-    void pump(proc.stdout as ReadableStream<Uint8Array>);
-    void pump(proc.stderr as ReadableStream<Uint8Array>);
-    void proc.exited.then((code) => reject(new Error(`${cmd.join(" ")} exited ${code}:\n${lines.join("\n")}`)));
-  });
-}
 
 async function freePort(): Promise<number> {
   const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
@@ -64,7 +37,7 @@ async function freePort(): Promise<number> {
 }
 
 function rssKiB(pid: number): number {
-  const status = require("node:fs").readFileSync(`/proc/${pid}/status`, "utf8") as string;
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
 }
 
@@ -103,18 +76,18 @@ async function run(base: string, salt: string): Promise<{ latencies: number[]; s
 }
 
 const dir = await mkdtemp("/tmp/llmroute-overhead-");
-const sim = await spawn([BUN, "src/cli.ts", "sim", "--port", "0", "--profile", "tiny", "--time-scale", "0.000001"], /listening on (http:\/\/\S+)/);
-const simUrl = sim.match[1]!;
+const sim = spawnCli(["sim", "--port", "0", "--profile", "tiny", "--time-scale", "0.000001"]);
+const simUrl = (await sim.waitFor(/listening on (http:\/\/\S+)/))[1]!;
 await Bun.write(`${dir}/router.toml`, `[health]\ninterval = "60s"\n[[replica]]\nname = "gpu0"\nurl = "${simUrl}"\n`);
-const router = await spawn([BUN, "src/cli.ts", "serve", "--config", `${dir}/router.toml`, "--listen", "127.0.0.1:0", "--log-format", "json"], /listening on (http:\/\/[^\s"]+)/);
-const routerUrl = router.match[1]!;
+const router = spawnCli(["serve", "--config", `${dir}/router.toml`, "--listen", "127.0.0.1:0", "--log-format", "json"]);
+const routerUrl = (await router.waitFor(/listening on (http:\/\/[^\s"]+)/))[1]!;
 
 const arms: { name: string; url: string }[] = [
   { name: "direct", url: simUrl },
   { name: "llmroute", url: routerUrl },
 ];
 const nginxBin = Bun.which("nginx") ?? (await Bun.file("/usr/sbin/nginx").exists() ? "/usr/sbin/nginx" : null);
-let nginx: Proc | undefined;
+let nginx: ReturnType<typeof Bun.spawn> | undefined;
 if (nginxBin) {
   const port = await freePort();
   await Bun.write(
@@ -127,8 +100,7 @@ http { access_log off; client_body_temp_path ${dir}; proxy_temp_path ${dir}; fas
     location / { proxy_pass http://sim; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; client_max_body_size 32m; } } }
 `,
   );
-  const p = Bun.spawn([nginxBin, "-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], { stdout: "ignore", stderr: "pipe" });
-  nginx = { proc: p, lines: [] };
+  nginx = Bun.spawn([nginxBin, "-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], { stdout: "ignore", stderr: "ignore" });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 200; i++) {
     if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) break;
@@ -140,7 +112,7 @@ http { access_log off; client_body_temp_path ${dir}; proxy_temp_path ${dir}; fas
 }
 
 const salt = crypto.randomUUID();
-const rssBefore = rssKiB(router.p.proc.pid);
+const rssBefore = rssKiB(router.proc.pid);
 console.error(`warm-up, then ${ROUNDS} rounds × ${arms.length} arms × ${REQUESTS} requests (concurrency ${CONCURRENCY}, ${values.stream ? "streamed" : "non-streamed"}, ~${CONTEXT} chars of context)`);
 for (const arm of arms) await run(arm.url, `warm ${salt}`);
 
@@ -156,7 +128,7 @@ for (let round = 0; round < ROUNDS; round++) {
   }
   console.error(`round ${round + 1}/${ROUNDS} done`);
 }
-const rssAfter = rssKiB(router.p.proc.pid);
+const rssAfter = rssKiB(router.proc.pid);
 const status = (await (await fetch(`${routerUrl}/status`)).json()) as { index: { entries: number } };
 
 const direct = perArm.get("direct")!;
@@ -170,5 +142,7 @@ for (const [name, rec] of perArm) {
 }
 console.log(`\nrouter RSS: ${(rssBefore / 1024).toFixed(1)} MiB before, ${(rssAfter / 1024).toFixed(1)} MiB after ${ROUNDS * REQUESTS + REQUESTS} requests; prefix index ${status.index.entries} entries`);
 
-for (const p of [router.p, sim.p, ...(nginx ? [nginx] : [])]) p.proc.kill();
+router.proc.kill();
+sim.proc.kill();
+nginx?.kill();
 process.exit(0);

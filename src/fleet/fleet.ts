@@ -123,10 +123,6 @@ export class Fleet {
     return model === undefined ? this.replicas : this.replicas.filter((r) => r.serves(model));
   }
 
-  get anyHealthy(): boolean {
-    return this.replicas.some((r) => r.healthy);
-  }
-
   /** Every model id any replica serves, first card wins. */
   models(): ModelCard[] {
     const seen = new Map<string, ModelCard>();

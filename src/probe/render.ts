@@ -3,25 +3,14 @@
  */
 import type { FamilyPresence } from "./metrics.ts";
 import type { EngineReport, ViaReport } from "./run.ts";
-import { TTFT_RATIO_MAX, type Verdict } from "./verdict.ts";
+import { int, pct, table } from "../ops/table.ts";
+import { times as ratio, TTFT_RATIO_MAX, type Verdict } from "./verdict.ts";
 
-export const int = (n: number) => Math.round(n).toLocaleString("en-US");
 export const secs = (ms: number) =>
   !Number.isFinite(ms) ? "-" : ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(ms < 10 ? 1 : 0)} ms`;
-export const ratio = (x: number) => (!Number.isFinite(x) ? "-" : `${x < 0.095 ? x.toFixed(3) : x.toFixed(2)}x`);
-export const pct = (x: number) => `${Math.round(x * 100)}%`;
 
-/** Left-aligned columns separated by two spaces; numbers are right-aligned when flagged. */
-export function table(rows: string[][], rightAligned: readonly number[] = []): string[] {
-  const widths: number[] = [];
-  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
-  return rows.map((row) =>
-    row
-      .map((cell, i) => (rightAligned.includes(i) ? cell.padStart(widths[i]!) : i === row.length - 1 ? cell : cell.padEnd(widths[i]!)))
-      .join("  ")
-      .trimEnd(),
-  );
-}
+/** The shared table renderer, as lines; the first row is the header. */
+const lines = (rows: string[][], right: number[]) => table(rows[0]!, rows.slice(1), { right }).split("\n");
 
 const SOURCE: Record<EngineReport["tokens"]["source"], string> = {
   tokenize: "counted by the engine's /tokenize",
@@ -59,7 +48,7 @@ export function renderEngine(r: EngineReport): string {
   });
   const s = r.summary;
   rows.push(["median", secs(s.coldTtftMs), secs(s.warmTtftMs), ratio(s.ratio), s.cachedFraction === undefined ? "-" : pct(s.cachedFraction), `n=${s.n}`]);
-  out.push(...table(rows, [1, 2, 3]));
+  out.push(...lines(rows, [1, 2, 3]));
   out.push("");
 
   const m = r.metrics;
@@ -129,7 +118,7 @@ export function renderVia(r: ViaReport): string {
     c.turns.forEach((t, k) =>
       rows.push([String(k + 1), t.replica ?? "?", t.route ?? "?", secs(t.ttftMs), t.cachedTokens === undefined ? "-" : int(t.cachedTokens)]),
     );
-    out.push(...table(rows, [3, 4]).map((l) => `  ${l}`));
+    out.push(...lines(rows, [3, 4]).map((l) => `  ${l}`));
     const pinned = f.pinned ? `pinned: yes, every turn on ${f.replicas[0]}` : `pinned: NO (${f.replicas.join(" -> ")})`;
     const warm =
       c.label === "long"

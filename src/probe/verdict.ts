@@ -10,6 +10,7 @@
  * per-request truth. A lifetime counter is never used.
  */
 import type { Load, PrefixCounters } from "./metrics.ts";
+import { int, pct } from "../ops/table.ts";
 
 /** Warm TTFT at most this fraction of cold TTFT counts as a cache effect. */
 export const TTFT_RATIO_MAX = 0.5;
@@ -117,9 +118,8 @@ export interface EngineVerdictInput {
   idle?: Load;
 }
 
-const pct = (x: number) => `${Math.round(x * 100)}%`;
-const int = (n: number) => Math.round(n).toLocaleString("en-US");
-const times = (x: number) => `${x < 0.095 ? x.toFixed(3) : x.toFixed(2)}x`;
+/** A ratio as the report prints it: "0.053x". */
+export const times = (x: number) => (!Number.isFinite(x) ? "-" : `${x < 0.095 ? x.toFixed(3) : x.toFixed(2)}x`);
 
 export function engineVerdict(input: EngineVerdictInput): { summary: EngineSummary; verdict: Verdict } {
   const { pairs, idle } = input;

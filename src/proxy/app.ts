@@ -42,8 +42,9 @@ export function createApp(deps: AppDeps): App {
       if (!admin && !api) {
         return errorResponse("other", 404, `no route for ${req.method} ${path}`);
       }
-      // Admin routes on their own listener are protected by where it listens, not by keys.
-      if ((api || deps.serves.api) && !authorized(req, deps.apiKeys())) {
+      // On the API listener every route needs a key; the admin listener is protected by
+      // where it listens.
+      if (deps.serves.api && !authorized(req, deps.apiKeys())) {
         return errorResponse(endpointOf(path), 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
       }
       if (admin) {

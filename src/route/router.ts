@@ -84,10 +84,6 @@ export class Router {
     return [...this.responses];
   }
 
-  responseOwner(id: string): string | undefined {
-    return this.responses.get(id);
-  }
-
   /** Forget what a replica held: it restarted (its cache is gone) or left the fleet. */
   forget(replica: string): void {
     this.index.forget(replica);

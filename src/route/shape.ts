@@ -41,7 +41,9 @@ const SEP = "\u001e";
 
 export function shapeOf(endpoint: Endpoint, body: unknown, tenantHeader?: string | null): RequestShape {
   const b: Obj = isObject(body) ? body : {};
-  const tenant = [tenantHeader ?? "", str(b.prompt_cache_key), str(b.cache_salt)].join("\u001f").replace(/^\u001f+$/, "");
+  // Positional, so a header "a" and a prompt_cache_key "a" stay different tenants.
+  const keys = [tenantHeader ?? "", str(b.prompt_cache_key), str(b.cache_salt)];
+  const tenant = keys.some(Boolean) ? keys.join("\u001f") : "";
   const segments: string[] = [];
   let continuation = false;
   let previousResponseId: string | undefined;

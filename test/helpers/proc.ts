@@ -68,23 +68,21 @@ export function spawnCli(args: string[], options: { env?: Record<string, string>
         if (m) return Promise.resolve(m);
       }
       return new Promise((resolve, reject) => {
-        const waiter = { pattern, resolve };
-        waiters.add(waiter);
-        const timer = setTimeout(() => {
-          waiters.delete(waiter);
-          reject(new Error(`timed out waiting for ${pattern} from \`llmroute ${args.join(" ")}\`; output:\n${lines.join("\n")}`));
-        }, timeoutMs);
-        exited.then((code) => {
-          if (!waiters.has(waiter)) return;
+        const settle = (outcome: () => void) => {
           waiters.delete(waiter);
           clearTimeout(timer);
-          reject(new Error(`\`llmroute ${args.join(" ")}\` exited with ${code} before printing ${pattern}; output:\n${lines.join("\n")}`));
-        });
-        const origResolve = waiter.resolve;
-        waiter.resolve = (m) => {
-          clearTimeout(timer);
-          origResolve(m);
+          outcome();
         };
+        const waiter = { pattern, resolve: (m: RegExpMatchArray) => settle(() => resolve(m)) };
+        waiters.add(waiter);
+        const output = () => `; output:\n${lines.join("\n")}`;
+        const timer = setTimeout(
+          () => settle(() => reject(new Error(`timed out waiting for ${pattern} from \`llmroute ${args.join(" ")}\`${output()}`))),
+          timeoutMs,
+        );
+        exited.then((code) => {
+          if (waiters.has(waiter)) settle(() => reject(new Error(`\`llmroute ${args.join(" ")}\` exited with ${code} before printing ${pattern}${output()}`)));
+        });
       });
     },
     async kill(signal = "SIGTERM") {

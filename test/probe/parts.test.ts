@@ -7,7 +7,6 @@ import { LlmrouteError } from "../../src/errors.ts";
 import { parseProbeArgs } from "../../src/probe/args.ts";
 import { errorMessage, usageOf } from "../../src/probe/client.ts";
 import { createProgress } from "../../src/probe/progress.ts";
-import { table } from "../../src/probe/render.ts";
 import { SseParser } from "../../src/engines/sse.ts";
 
 describe("SseParser", () => {
@@ -105,8 +104,3 @@ describe("progress", () => {
   });
 });
 
-describe("table", () => {
-  it("pads columns and right-aligns the numeric ones", () => {
-    expect(table([["pair", "cold"], ["1", "22.3 s"], ["median", "1.4 s"]], [1])).toEqual(["pair      cold", "1       22.3 s", "median   1.4 s"]);
-  });
-});
