@@ -5,14 +5,14 @@
  *
  *   npx bun bench/decision.ts
  */
-import { DEFAULT_CACHE_AWARE } from "../src/route/defaults.ts";
+import { DEFAULT_CACHE_AWARE } from "../src/route/options.ts";
 import { createHasher } from "../src/route/hash.ts";
 import { createPolicy } from "../src/route/policies/index.ts";
 import type { ReplicaView } from "../src/route/policy.ts";
 import { PrefixIndex, prefixChain } from "../src/route/prefix.ts";
 import { Router } from "../src/route/router.ts";
 import { shapeOf } from "../src/route/shape.ts";
-import type { PolicyName } from "../src/config.ts";
+import type { PolicyName } from "../src/route/options.ts";
 
 const hasher = await createHasher();
 const replicas: ReplicaView[] = Array.from({ length: 4 }, (_, i) => ({ name: `gpu${i}`, healthy: true, inflight: i, load: i, cachedChars: 0 }));

@@ -5,12 +5,10 @@
  * either returns a `Config` or throws a `ConfigError` listing every problem with the file,
  * line, key, the bad value and what would be valid. Nothing here touches the network.
  */
+import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
-import { DEFAULT_CACHE_AWARE } from "./route/defaults.ts";
-
-export const POLICY_NAMES = ["roundrobin", "random", "least-loaded", "affinity", "hybrid", "cache-aware"] as const;
-export type PolicyName = (typeof POLICY_NAMES)[number];
+import { DEFAULT_CACHE_AWARE, POLICY_NAMES, type CacheAwareOptions, type PolicyName } from "./route/options.ts";
 
 export const LOG_FORMATS = ["auto", "human", "json"] as const;
 export type LogFormat = (typeof LOG_FORMATS)[number];
@@ -36,15 +34,6 @@ export interface ReplicaConfig {
   health_path?: string;
 }
 
-export interface CacheAwareConfig {
-  /** Fraction of the request's prefix that must already be cached on a replica to follow it. */
-  min_match_ratio: number;
-  /** Imbalance guard: in-flight difference (max − min) at or above which the least loaded wins. */
-  balance_abs: number;
-  /** … and the ratio max / min that must also be exceeded. */
-  balance_rel: number;
-}
-
 export interface Config {
   /** Where the config came from (a path, or "<default>"). */
   file: string;
@@ -66,12 +55,30 @@ export interface Config {
     state_file?: string;
     /** Conversations used within this window make up a replica's working set (capacity wall). */
     capacity_window_ms: number;
-    cache_aware: CacheAwareConfig;
+    cache_aware: CacheAwareOptions;
+    /** Before the first byte (fail over): TCP connect, and the engine's first response byte. */
+    connect_timeout_ms: number;
+    first_byte_timeout_ms: number;
+    /** After the first byte: a stream silent this long is ended with the API's error event. */
+    stream_idle_timeout_ms: number;
+    /** How often the state file is written while running (it is also written on stop). */
+    state_interval_ms: number;
   };
   health: {
     interval_ms: number;
     path: string;
     timeout_ms: number;
+    /** Consecutive 5xx or timeouts (passive) that demote a replica; a refused connection demotes at once. */
+    failures: number;
+  };
+  /** Shared routing state across router instances; absent = this instance alone. */
+  cluster?: {
+    /** redis:// or rediss:// URL (a password may come from `env:NAME`). Never logged. */
+    redis: string;
+    /** This instance's name in the cluster (default: hostname:port). */
+    name: string;
+    /** A starting instance waits at most this long to catch up from Redis before serving. */
+    catch_up_timeout_ms: number;
   };
   replicas: ReplicaConfig[];
 }
@@ -94,16 +101,21 @@ const DEFAULTS = {
     max_inflight: 0,
     max_attempts: 3,
     chunk_chars: 1024,
-    index_max_entries: 200_000,
+    index_max_entries: 1_000_000,
     index_ttl: "1h",
     capacity_window: "5m",
+    connect_timeout: "5s",
+    first_byte_timeout: "10m",
+    stream_idle_timeout: "5m",
+    state_interval: "30s",
   },
   cache_aware: DEFAULT_CACHE_AWARE,
-  health: { interval: "10s", path: "/health", timeout: "3s" },
+  health: { interval: "10s", path: "/health", timeout: "3s", failures: 3 },
+  cluster: { catch_up_timeout: "5s" },
 };
 
 const KNOWN: Record<string, readonly string[]> = {
-  "": ["server", "routing", "health", "replica"],
+  "": ["server", "routing", "health", "cluster", "replica"],
   server: ["listen", "admin_listen", "max_body", "api_keys", "log_format", "drain_timeout"],
   routing: [
     "policy",
@@ -115,9 +127,14 @@ const KNOWN: Record<string, readonly string[]> = {
     "state_file",
     "capacity_window",
     "cache_aware",
+    "connect_timeout",
+    "first_byte_timeout",
+    "stream_idle_timeout",
+    "state_interval",
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
-  health: ["interval", "path", "timeout"],
+  health: ["interval", "path", "timeout", "failures"],
+  cluster: ["redis", "name", "catch_up_timeout"],
   replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics", "health_path"],
 };
 
@@ -178,6 +195,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
   const routing = table(ctx, root, "routing");
   const cacheAware = table(ctx, routing, "cache_aware", "routing.cache_aware");
   const health = table(ctx, root, "health");
+  const cluster = root.cluster === undefined ? undefined : table(ctx, root, "cluster");
 
   const envPolicy = ctx.env.LLMROUTE_POLICY;
   let policy = field(ctx, routing, "routing.policy", DEFAULTS.routing.policy, oneOf(POLICY_NAMES));
@@ -214,12 +232,26 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
         balance_abs: field(ctx, cacheAware, "routing.cache_aware.balance_abs", DEFAULTS.cache_aware.balance_abs, integer(1)),
         balance_rel: field(ctx, cacheAware, "routing.cache_aware.balance_rel", DEFAULTS.cache_aware.balance_rel, number(1)),
       },
+      connect_timeout_ms: field(ctx, routing, "routing.connect_timeout", DEFAULTS.routing.connect_timeout, duration),
+      first_byte_timeout_ms: field(ctx, routing, "routing.first_byte_timeout", DEFAULTS.routing.first_byte_timeout, duration),
+      stream_idle_timeout_ms: field(ctx, routing, "routing.stream_idle_timeout", DEFAULTS.routing.stream_idle_timeout, duration),
+      state_interval_ms: field(ctx, routing, "routing.state_interval", DEFAULTS.routing.state_interval, duration),
     },
     health: {
       interval_ms: field(ctx, health, "health.interval", DEFAULTS.health.interval, duration),
       path: field(ctx, health, "health.path", DEFAULTS.health.path, urlPath),
       timeout_ms: field(ctx, health, "health.timeout", DEFAULTS.health.timeout, duration),
+      failures: field(ctx, health, "health.failures", DEFAULTS.health.failures, integer(1, 100)),
     },
+    ...(cluster === undefined
+      ? {}
+      : {
+          cluster: {
+            redis: field(ctx, cluster, "cluster.redis", undefined, redisUrl(ctx.env)),
+            name: field(ctx, cluster, "cluster.name", defaultInstanceName(root), instanceName),
+            catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, duration),
+          },
+        }),
     replicas: replicas(ctx, root.replica),
   };
 
@@ -401,6 +433,34 @@ function secret(env: Env): Check<string> {
   };
 }
 
+/** A redis:// or rediss:// URL, literal or "env:NAME" (the whole URL, password included). */
+function redisUrl(env: Env): Check<string> {
+  return (v) => {
+    const resolved = secret(env)(v);
+    if (!resolved.ok) return bad(`${resolved.reason}; e.g. "redis://127.0.0.1:6379" or "env:LLMROUTE_REDIS_URL"`);
+    let url: URL;
+    try {
+      url = new URL(resolved.value);
+    } catch {
+      return bad("must be a redis:// or rediss:// URL like \"redis://127.0.0.1:6379\"");
+    }
+    if (url.protocol !== "redis:" && url.protocol !== "rediss:") return bad("must be a redis:// or rediss:// URL");
+    return ok(resolved.value);
+  };
+}
+
+const instanceName: Check<string> = (v) =>
+  typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(v)
+    ? ok(v)
+    : bad("must be 1–128 characters of letters, digits, '.', '_', ':' or '-'");
+
+/** hostname:port of server.listen, so two instances on one host differ. */
+function defaultInstanceName(root: Record<string, unknown>): string {
+  const listen = listenAddress(asTable(root.server).listen ?? DEFAULTS.server.listen);
+  const host = (hostname() || "llmroute").replace(/[^A-Za-z0-9._-]/g, "-");
+  return `${host}:${listen.ok ? listen.value.port : 0}`;
+}
+
 /** "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:80", ":8080" (loopback), or a port number. */
 export const listenAddress: Check<Listen> = (v) => {
   const hint = "must be \"host:port\" like \"127.0.0.1:8080\" (port 0 picks a free port)";
@@ -516,12 +576,20 @@ export function describeConfig(config: Config): string {
     `index_ttl = "${ms(config.routing.index_ttl_ms)}"`,
     ...(config.routing.state_file ? [`state_file = "${config.routing.state_file}"`] : []),
     `capacity_window = "${ms(config.routing.capacity_window_ms)}"`,
+    `connect_timeout = "${ms(config.routing.connect_timeout_ms)}"`,
+    `first_byte_timeout = "${ms(config.routing.first_byte_timeout_ms)}"`,
+    `stream_idle_timeout = "${ms(config.routing.stream_idle_timeout_ms)}"`,
+    `state_interval = "${ms(config.routing.state_interval_ms)}"`,
     `cache_aware = { min_match_ratio = ${config.routing.cache_aware.min_match_ratio}, balance_abs = ${config.routing.cache_aware.balance_abs}, balance_rel = ${config.routing.cache_aware.balance_rel} }`,
     "",
     "[health]",
     `interval = "${ms(config.health.interval_ms)}"`,
     `path = "${config.health.path}"`,
     `timeout = "${ms(config.health.timeout_ms)}"`,
+    `failures = ${config.health.failures}`,
+    ...(config.cluster
+      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`]
+      : []),
   ];
   for (const r of config.replicas) {
     out.push(

@@ -4,7 +4,7 @@
  * error naming the flag, the value and what is allowed.
  */
 import type { ArgsDef } from "citty";
-import { POLICY_NAMES, type PolicyName } from "../config.ts";
+import { POLICY_NAMES, type PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
 import { agentFirstTokens, type AgentSpec, type BurstSpec, type SharedSpec } from "./workloads.ts";
 

@@ -5,7 +5,8 @@
  * choosing a replica: an in-process llmroute router running one policy, or the bench-only
  * oracle, which asks every sim how much of the prompt it holds right now.
  */
-import { parseConfig, type Config, type PolicyName } from "../config.ts";
+import { parseConfig, type Config } from "../config.ts";
+import type { PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
 import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";

@@ -3,7 +3,7 @@
  * to policies. A policy is pure: `choose` reads the request and a snapshot of the fleet
  * and returns a decision; the caller records it, counts it and logs it.
  */
-import type { CacheAwareConfig, PolicyName } from "../config.ts";
+import type { CacheAwareOptions, PolicyName } from "./options.ts";
 import type { PrefixChain, PrefixMatch } from "./prefix.ts";
 import type { RequestShape } from "./shape.ts";
 
@@ -43,7 +43,7 @@ export interface PolicyContext {
   hash(text: string): string;
   /** The longest prefix of the request each replica holds (computed on first use). */
   matches(): readonly PrefixMatch[];
-  cacheAware: CacheAwareConfig;
+  cacheAware: CacheAwareOptions;
 }
 
 export interface Policy {

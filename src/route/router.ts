@@ -3,7 +3,7 @@
  * configured policy, and the `max_inflight` spill every policy honours. The caller passes
  * the fleet snapshot and the clock, then commits the decision it acted on.
  */
-import type { CacheAwareConfig } from "../config.ts";
+import type { CacheAwareOptions } from "./options.ts";
 import type { Hasher } from "./hash.ts";
 import { live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import { PrefixIndex, type PrefixMatch } from "./prefix.ts";
@@ -13,7 +13,7 @@ export interface RouterOptions {
   index: PrefixIndex;
   hasher: Hasher;
   maxInflight: number;
-  cacheAware: CacheAwareConfig;
+  cacheAware: CacheAwareOptions;
   /** Responses API ids remembered (LRU). */
   maxResponses?: number;
   random?: () => number;
@@ -22,7 +22,7 @@ export interface RouterOptions {
 export class Router {
   policy: Policy;
   maxInflight: number;
-  cacheAware: CacheAwareConfig;
+  cacheAware: CacheAwareOptions;
   readonly index: PrefixIndex;
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;

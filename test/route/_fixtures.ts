@@ -1,12 +1,12 @@
 /** Synthetic requests and a fleet snapshot for the pure routing tests. */
-import { DEFAULT_CACHE_AWARE } from "../../src/route/defaults.ts";
+import { DEFAULT_CACHE_AWARE } from "../../src/route/options.ts";
 import { createHasher } from "../../src/route/hash.ts";
 import type { ReplicaView, RouteInput } from "../../src/route/policy.ts";
 import { createPolicy } from "../../src/route/policies/index.ts";
 import { PrefixIndex, prefixChain } from "../../src/route/prefix.ts";
 import { Router } from "../../src/route/router.ts";
 import { endpointOf, shapeOf } from "../../src/route/shape.ts";
-import type { PolicyName } from "../../src/config.ts";
+import type { PolicyName } from "../../src/route/options.ts";
 
 export const hasher = await createHasher();
 export const CHUNK = 1024;

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "bun:test";
 import fc from "fast-check";
-import { POLICY_NAMES } from "../../src/config.ts";
+import { POLICY_NAMES } from "../../src/route/options.ts";
 import { chat, conversation, fleet, input, router, send } from "./_fixtures.ts";
 
 const requests = [

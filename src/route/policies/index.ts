@@ -1,8 +1,9 @@
-import type { PolicyName } from "../../config.ts";
+import type { PolicyName } from "../options.ts";
 import type { Policy } from "../policy.ts";
 import { createAffinity } from "./affinity.ts";
 import { createCacheAware } from "./cache-aware.ts";
 import { createHybrid } from "./hybrid.ts";
+import { createHybridPlain } from "./hybrid-plain.ts";
 import { createLeastLoaded } from "./least-loaded.ts";
 import { createRandom } from "./random.ts";
 import { createRoundRobin } from "./roundrobin.ts";
@@ -14,6 +15,7 @@ export const POLICIES: Record<PolicyName, () => Policy> = {
   "least-loaded": createLeastLoaded,
   affinity: createAffinity,
   hybrid: createHybrid,
+  "hybrid-plain": createHybridPlain,
   "cache-aware": createCacheAware,
 };
 
