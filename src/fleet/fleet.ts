@@ -6,7 +6,8 @@
 import type { ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
 import { parsePrometheus, readEngine, type EngineReading } from "../engines/metrics.ts";
-import type { ReplicaView } from "../route/policy.ts";
+import type { FleetView } from "../route/router.ts";
+import { PrefillQueue } from "./prefill.ts";
 
 export interface ModelCard {
   id: string;
@@ -46,6 +47,8 @@ export class Replica {
   engineWaiting = 0;
   /** The last scrape of the engine's /metrics (when `metrics` is configured). */
   engine?: EngineReading & { at: number; error?: string };
+  /** Prefill sent here and not yet started answering; the measured prefill rate. */
+  readonly prefill = new PrefillQueue();
 
   constructor(public config: ReplicaConfig) {
     this.cards = config.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
@@ -74,13 +77,18 @@ export class Replica {
     this.charsPerToken = Math.min(16, Math.max(0.5, this.observedChars / this.observedTokens));
   }
 
-  view(cachedChars: number): ReplicaView {
+  view(): FleetView {
+    const pendingSince = this.prefill.oldestCommit();
     return {
       name: this.name,
       healthy: this.healthy,
       inflight: this.inflight,
       load: this.inflight + this.engineWaiting,
-      cachedChars,
+      queuedTokens: this.prefill.withEngineQueue(this.engineWaiting),
+      prefillRate: this.prefill.rate,
+      charsPerToken: this.charsPerToken,
+      budgetChars: this.config.kv_tokens > 0 ? this.config.kv_tokens * this.charsPerToken : Infinity,
+      ...(pendingSince === undefined ? {} : { pendingSince }),
     };
   }
 }

@@ -29,6 +29,18 @@ export class Telemetry {
   private readonly promptTokens = this.registry.counter("llmroute_prompt_tokens_total", "Prompt tokens reported by the engines' usage, summed.");
   private readonly cachedTokens = this.registry.counter("llmroute_cached_tokens_total", "Prompt tokens the engines reported as served from their prefix cache, summed.");
   private readonly completionTokens = this.registry.counter("llmroute_completion_tokens_total", "Completion tokens reported by the engines' usage, summed.");
+  private readonly availableTokens = this.registry.counter(
+    "llmroute_available_tokens_total",
+    "Prompt tokens the index believed cached on some replica when the request was routed (hit rate, first of three: available).",
+  );
+  private readonly capturedTokens = this.registry.counter(
+    "llmroute_captured_tokens_total",
+    "Prompt tokens the index believed cached on the chosen replica (second of three: captured; the third, delivered, is llmroute_cached_tokens_total).",
+  );
+  private readonly predictions = this.registry.counter(
+    "llmroute_cache_predictions_total",
+    "Responses whose cached_tokens the router compared with its index: hit, miss (the engine had evicted it; the index is corrected), unexpected_hit, cold, unsettled.",
+  );
 
   constructor(private readonly live: () => LiveState) {
     const replicas = () => this.live().fleet.replicas;
@@ -53,6 +65,10 @@ export class Telemetry {
     r.gauge("llmroute_engine_requests_running", "Engine-reported running requests (scraped; absent when not scraped).", () => engine("running"));
     r.gauge("llmroute_engine_requests_waiting", "Engine-reported waiting requests (scraped).", () => engine("waiting"));
     r.gauge("llmroute_engine_kv_usage_ratio", "Engine-reported KV cache usage, 0..1 (scraped).", () => engine("kv_usage"));
+    r.gauge("llmroute_prefill_queue_tokens", "Prompt tokens sent to the replica that have not reached their first byte (plus the engine's own queue where scraped).", each((x) => Math.round(x.prefill.withEngineQueue(x.engineWaiting))));
+    r.gauge("llmroute_prefill_rate_tokens_per_second", "Measured prefill throughput the default policy prices a replica with.", each((x) => Math.round(x.prefill.rate)));
+    r.gauge("llmroute_index_corrections_total", "Index entries dropped because the engine's cached_tokens showed it had evicted them.", each((x) => this.live().router.truthOf(x.name).corrected), "counter");
+    r.gauge("llmroute_index_memory_bytes", "Bytes held by the prefix index's arrays.", () => [[{}, this.live().router.index.memoryBytes()]]);
     r.gauge("llmroute_chars_per_token", "Learned characters of prompt per engine token (calibrates token estimates).", each((x) => Math.round(x.charsPerToken * 1000) / 1000));
     const engine = (signal: "running" | "waiting" | "kv_usage") =>
       replicas().flatMap((x): [Record<string, string>, number][] => {
@@ -70,6 +86,9 @@ export class Telemetry {
     if (rec.promptTokens) this.promptTokens.inc({ replica }, rec.promptTokens);
     if (rec.cachedTokens) this.cachedTokens.inc({ replica }, rec.cachedTokens);
     if (rec.completionTokens) this.completionTokens.inc({ replica }, rec.completionTokens);
+    if (rec.availableTokens) this.availableTokens.inc({ replica }, rec.availableTokens);
+    if (rec.capturedTokens) this.capturedTokens.inc({ replica }, rec.capturedTokens);
+    if (rec.verdict) this.predictions.inc({ replica, verdict: rec.verdict });
   }
 
   metrics(): string {
@@ -89,6 +108,12 @@ export class Telemetry {
         warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
       }
       if (!r.healthy && r.lastError) warnings.push(`down: ${r.lastError.message}`);
+      const truth = router.truthOf(r.name);
+      if (truth.distrusted) {
+        warnings.push(
+          `reported no cached tokens on ${truth.misses} requests the index expected cached: its prefix cache may be off or unreported (check with llmroute probe); the index is not corrected from its reports`,
+        );
+      }
       if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
       else if (r.engine && r.engine.missing.length > 0) warnings.push(`engine metrics missing: ${r.engine.missing.join(", ")}`);
       return {
@@ -109,6 +134,14 @@ export class Telemetry {
         prompt_tokens: prompt,
         cached_tokens: cached,
         cached_ratio: prompt > 0 ? Math.round((cached / prompt) * 1000) / 1000 : null,
+        hit: {
+          available_tokens: this.availableTokens.get({ replica: r.name }),
+          captured_tokens: this.capturedTokens.get({ replica: r.name }),
+          delivered_tokens: cached,
+          predictions: { hit: truth.hits, miss: truth.misses, unexpected_hit: truth.unexpectedHits },
+          corrected_entries: truth.corrected,
+        },
+        prefill: { queued_tokens: Math.round(r.prefill.withEngineQueue(r.engineWaiting)), rate_tokens_per_s: Math.round(r.prefill.rate) },
         engine: r.engine
           ? { family: r.engine.family ?? null, ...r.engine.values, missing: r.engine.missing, error: r.engine.error ?? null, at: new Date(r.engine.at).toISOString() }
           : null,
@@ -120,7 +153,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
-      index: { entries: router.index.size, max_entries: config.routing.index_max_entries },
+      index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
       replicas,
@@ -147,6 +180,15 @@ export interface ReplicaStatus {
   prompt_tokens: number;
   cached_tokens: number;
   cached_ratio: number | null;
+  /** The hit rate explained: cached somewhere (available), on the chosen replica (captured), by the engine (delivered). */
+  hit: {
+    available_tokens: number;
+    captured_tokens: number;
+    delivered_tokens: number;
+    predictions: { hit: number; miss: number; unexpected_hit: number };
+    corrected_entries: number;
+  };
+  prefill: { queued_tokens: number; rate_tokens_per_s: number };
   engine: Record<string, unknown> | null;
   warnings: string[];
 }
@@ -156,7 +198,7 @@ export interface StatusDocument {
   policy: string;
   uptime_s: number;
   healthy: number;
-  index: { entries: number; max_entries: number };
+  index: { entries: number; max_entries: number; memory_bytes: number };
   capacity_window_s: number;
   /** Distinct prefixes across replicas (each once) vs the summed kv_tokens. */
   fleet: { working_set_tokens: number; kv_tokens: number };

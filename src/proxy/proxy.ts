@@ -8,9 +8,9 @@ import type { Config } from "../config.ts";
 import { authHeaders, describeFetchError, type FetchLike, type Fleet, type Replica } from "../fleet/fleet.ts";
 import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
-import type { ReplicaView } from "../route/policy.ts";
-import { prefixChain, type PrefixChain } from "../route/prefix.ts";
-import type { Router } from "../route/router.ts";
+import { prefixChains } from "../route/chain.ts";
+import type { RouteInput } from "../route/policy.ts";
+import type { RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
 import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, RETRYABLE_STATUS } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
@@ -28,6 +28,11 @@ export interface RequestRecord {
   promptTokens?: number;
   cachedTokens?: number;
   completionTokens?: number;
+  /** Prompt tokens the index expected cached on some replica (available) and on the chosen one (captured). */
+  availableTokens?: number;
+  capturedTokens?: number;
+  /** How the engine's cached_tokens compared with the index's expectation. */
+  verdict?: Verdict;
   ttftMs?: number;
   totalMs: number;
   failovers: number;
@@ -50,8 +55,6 @@ export interface Proxy {
   /** Handle a /v1/* request. */
   forward(req: Request, url: URL): Promise<Response>;
 }
-
-const EMPTY_CHAIN: PrefixChain = { hashes: [], ends: [] };
 
 type Attempt =
   | { kind: "response"; response: Response }
@@ -110,30 +113,36 @@ export function createProxy(deps: ProxyDeps): Proxy {
       }
     }
 
-    const shape = shapeOf(endpoint, body, req.headers.get("x-llmroute-tenant"));
+    const shape = shapeOf(endpoint, body, { tenant: req.headers.get("x-llmroute-tenant"), session: req.headers.get("x-session-id") });
     const pool = fleet.pool(shape.model);
     if (shape.model !== undefined && pool.length === 0) {
       return reject(404, `The model \`${shape.model}\` does not exist on any replica.`, "model");
     }
-    const chain = endpoint === "other" ? EMPTY_CHAIN : prefixChain(shape, hasher, config.routing.chunk_chars);
-    const input = { shape, chain };
+    const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
 
     const tried = new Set<string>();
     const failures: string[] = [];
     for (let attempt = 0; attempt < config.routing.max_attempts; attempt++) {
-      const views: ReplicaView[] = pool.map((r) => {
-        const view = r.view(router.index.workingSetChars(r.name));
+      const views = pool.map((r) => {
+        const view = r.view();
         if (tried.has(r.name)) view.healthy = false;
         return view;
       });
-      const decision = router.route(input, views);
+      const committedAt = Date.now();
+      const decision = router.route(input, views, committedAt);
       if (!decision) break;
       const replica = fleet.byName(decision.replica)!;
-      router.commit(input, decision, Date.now());
+      router.commit(input, decision, committedAt);
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
 
-      const result = await attemptUpstream(req, url, bytes, fleet, replica, route, { shape, chain, started, failovers: attempt });
+      const result = await attemptUpstream(req, url, bytes, fleet, replica, route, {
+        shape,
+        estimate: decision.estimate,
+        committedAt,
+        started,
+        failovers: attempt,
+      });
       if (result.kind === "response") return result.response;
       if (result.kind === "client-gone") {
         record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
@@ -160,16 +169,19 @@ export function createProxy(deps: ProxyDeps): Proxy {
     fleet: Fleet,
     replica: Replica,
     route: string,
-    ctx: { shape: RequestShape; chain: PrefixChain; started: number; failovers: number },
+    ctx: { shape: RequestShape; estimate: RouteEstimate; committedAt: number; started: number; failovers: number },
   ): Promise<Attempt> {
     const upstream = new AbortController();
     const onClientAbort = () => upstream.abort();
     req.signal.addEventListener("abort", onClientAbort, { once: true });
     const release = () => req.signal.removeEventListener("abort", onClientAbort);
     replica.inflight++;
+    const dispatched = now();
+    const prefill = replica.prefill.begin(ctx.estimate.uncachedTokens, ctx.committedAt);
 
     const fail = (reason: string): Attempt => {
       replica.inflight--;
+      replica.prefill.end(prefill);
       release();
       return req.signal.aborted ? { kind: "client-gone" } : { kind: "failed", reason };
     };
@@ -204,6 +216,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
       }
     }
     const ttftMs = now() - ctx.started;
+    // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
+    replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
 
     const headers = new Headers();
     res.headers.forEach((value, key) => {
@@ -223,7 +237,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (outcome === "ok") replica.served++;
       const usage: TapResult = tap.finish();
       if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
-      if (usage.promptTokens && ctx.chain.ends.length > 0) replica.observeTokens(ctx.chain.ends.at(-1)!, usage.promptTokens);
+      const est = ctx.estimate;
+      if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
+      const verdict = res.status < 300 ? router.feedback(replica.name, est, usage.cachedTokens) : undefined;
       record({
         endpoint: ctx.shape.endpoint,
         model: ctx.shape.model,
@@ -235,6 +251,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
         promptTokens: usage.promptTokens,
         cachedTokens: usage.cachedTokens,
         completionTokens: usage.completionTokens,
+        availableTokens: Math.round(est.availableChars / est.charsPerToken),
+        capturedTokens: Math.round(est.capturedChars / est.charsPerToken),
+        ...(verdict ? { verdict } : {}),
         ttftMs: ctx.shape.stream ? ttftMs : undefined,
         totalMs: now() - ctx.started,
         failovers: ctx.failovers,

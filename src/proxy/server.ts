@@ -48,10 +48,11 @@ const CAPACITY_EVERY_MS = 2_000;
 export async function startRouter(initial: Config, options: StartOptions = {}): Promise<RouterServer> {
   let config = initial;
   const log = options.log ?? createLog({ format: config.server.log_format });
-  const hasher = await createHasher();
+  const hasher = createHasher();
+  const indexOptions = (c: Config) => ({ maxEntries: c.routing.index_max_entries, ttlMs: c.routing.index_ttl_ms, windowMs: c.routing.capacity_window_ms });
   const router = new Router({
     policy: createPolicy(config.routing.policy),
-    index: new PrefixIndex({ maxEntries: config.routing.index_max_entries, ttlMs: config.routing.index_ttl_ms }),
+    index: new PrefixIndex(indexOptions(config)),
     hasher,
     maxInflight: config.routing.max_inflight,
     cacheAware: config.routing.cache_aware,
@@ -85,8 +86,16 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       options.onRecord?.(record);
     },
   });
-  const refreshCapacity = () =>
-    capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now() - config.routing.capacity_window_ms), Date.now());
+  // Each card's remembered prefixes are bounded by what its KV holds, in characters as its
+  // tokenisation was measured; a card without kv_tokens keeps only the global bound.
+  const syncBudgets = () => {
+    for (const r of fleet.replicas) router.index.setBudget(r.name, r.config.kv_tokens > 0 ? r.config.kv_tokens * r.charsPerToken : undefined);
+  };
+  syncBudgets();
+  const refreshCapacity = () => {
+    syncBudgets();
+    capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now()), Date.now());
+  };
   const separateAdmin = config.server.admin_listen !== undefined;
   const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity };
   const app = createApp({ ...appDeps, serves: { api: true, admin: !separateAdmin } });
@@ -167,8 +176,8 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       router.policy = createPolicy(next.routing.policy);
       router.maxInflight = next.routing.max_inflight;
       router.cacheAware = next.routing.cache_aware;
-      router.index.options.maxEntries = next.routing.index_max_entries;
-      router.index.options.ttlMs = next.routing.index_ttl_ms;
+      router.index.configure(indexOptions(next));
+      syncBudgets();
       fleet.configure({ healthPath: next.health.path, healthTimeoutMs: next.health.timeout_ms });
       config = next;
       schedule();

@@ -1,14 +1,22 @@
 /**
- * The contract every routing policy implements, and the registry that maps config names
- * to policies. A policy is pure: `choose` reads the request and a snapshot of the fleet
- * and returns a decision; the caller records it, counts it and logs it.
+ * The contract every routing policy implements. A policy is pure: `choose` reads the
+ * request and a snapshot of the fleet and returns a decision; the caller records it,
+ * counts it and logs it.
  */
+import type { PrefixChain } from "./chain.ts";
 import type { CacheAwareOptions, PolicyName } from "./options.ts";
-import type { PrefixChain, PrefixMatch } from "./prefix.ts";
+import type { PrefixMatch } from "./prefix.ts";
 import type { RequestShape } from "./shape.ts";
 
-/** Why a replica was chosen; sent to the client as `x-llmroute-route`. */
-export type RouteReason = "pin" | "spread" | "spill" | "hash" | "load" | "random" | "sticky";
+/**
+ * Why a replica was chosen; sent to the client as `x-llmroute-route`.
+ * pin: a continuation to the replica holding its conversation · cache: a one-shot to the
+ * replica holding its long prefix (a shared document) · session: to the replica of its
+ * session key · spread: the counter · cost: away from the rule's pick, whose queue made it
+ * slower than prefilling elsewhere · spill: over max_inflight · sticky: a Responses API
+ * follow-up to the replica holding its state · hash / load / random: the other policies.
+ */
+export type RouteReason = "pin" | "cache" | "session" | "spread" | "cost" | "spill" | "hash" | "load" | "random" | "sticky";
 
 /** What a policy sees of one replica. */
 export interface ReplicaView {
@@ -18,13 +26,24 @@ export interface ReplicaView {
   inflight: number;
   /** inflight plus engine-reported queue where scraped: the load policies compare. */
   load: number;
-  /** Estimated characters of distinct prefixes recently served here (its cached working set). */
+  /** Estimated characters of distinct prefixes held here (the index's view of its cache). */
   cachedChars: number;
+  /** Prompt tokens sent here whose prefill has not finished (no first byte yet), plus the engine's own queue where scraped. */
+  queuedTokens: number;
+  /** Measured prefill throughput, tokens per second. */
+  prefillRate: number;
+  /** Characters of canonical prompt per engine token (learned from usage). */
+  charsPerToken: number;
+  /** What the card's KV holds, in characters (kv_tokens × charsPerToken); Infinity when unknown. */
+  budgetChars: number;
+  /** Characters of distinct prefixes used here within the capacity window (what it is actively holding). */
+  recentChars: number;
 }
 
 export interface RouteInput {
   shape: RequestShape;
-  chain: PrefixChain;
+  /** One chain per prompt sequence (usually one). */
+  chains: PrefixChain[];
 }
 
 export interface Decision {
@@ -39,10 +58,16 @@ export interface PolicyContext {
   counter: number;
   /** A number in [0, 1). */
   random(): number;
-  /** Stable 64-bit hash as hex, for rendezvous placement. */
+  /** Stable hash of a text as hex, for rendezvous placement. */
   hash(text: string): string;
-  /** The longest prefix of the request each replica holds (computed on first use). */
+  /** What each replica holds of this request (summed over its sequences), in the order of `replicas`. */
   matches(): readonly PrefixMatch[];
+  /** Prompt characters of the request (all sequences). */
+  totalChars: number;
+  /** The request carries an earlier turn (or extends a completions prompt served before). */
+  continuation: boolean;
+  /** The replica that last served this request's session key, if any. */
+  sessionReplica?: string;
   cacheAware: CacheAwareOptions;
 }
 
@@ -56,7 +81,7 @@ export function live(replicas: readonly ReplicaView[]): ReplicaView[] {
 }
 
 /**
- * The deepest match among live replicas; among equal depths the most recently used one
+ * The deepest holding among live replicas; among equal depths the most recently used one
  * (it most likely still has those blocks), or with `preferIdle` the least loaded one.
  */
 export function bestMatch(
@@ -68,12 +93,12 @@ export function bestMatch(
   let best: { match: PrefixMatch; replica: ReplicaView } | undefined;
   for (const match of ctx.matches()) {
     const replica = byName.get(match.replica);
-    if (!replica || match.depth === 0) continue;
-    if (!best || match.depth > best.match.depth) {
+    if (!replica || match.chars === 0) continue;
+    if (!best || match.chars > best.match.chars) {
       best = { match, replica };
       continue;
     }
-    if (match.depth < best.match.depth) continue;
+    if (match.chars < best.match.chars) continue;
     const better = preferIdle
       ? replica.load < best.replica.load || (replica.load === best.replica.load && match.lastUsed > best.match.lastUsed)
       : match.lastUsed > best.match.lastUsed;

@@ -1,42 +1,20 @@
 /**
- * Prefix identity and the index of who served which prefix.
+ * The index of which replica holds which prompt prefix: (link hash, replica) → last use.
  *
- * A request's identity is a chain of hashes, one link per chunk of each canonical segment:
- * h₀ = H(tenant ‖ model), hᵢ = H(hᵢ₋₁ ‖ marker ‖ chunkᵢ). Every link names a prefix the
- * engine may still hold as KV; the index remembers, per replica, which links it served.
- * A request's longest known prefix is its deepest link found in the index. Because every
- * message starts a link, a tiny shared prefix still matches (no "first N KiB" window).
+ * Laid out in typed arrays (one slot per entry, ~55 bytes in all) so a million entries fit in
+ * ~60 MB and no garbage is made per request. Each replica keeps its own LRU list, oldest
+ * first, and its own budget in characters (its `kv_tokens` × characters per token): when a
+ * card's remembered prefixes outgrow what the card can hold, that card's least recently
+ * used ones go first, as the engine's own eviction would. A chain is always touched
+ * deepest-first, so a parent link is never older than its children: every removal pops a
+ * list's oldest entry, which is a leaf, and each replica's entries stay prefix-closed — a
+ * lookup can binary-search the chain.
+ *
+ * The capacity figures (the working set of recently active conversations per replica and
+ * for the fleet with shared prefixes once) are kept incrementally as entries enter and
+ * leave the window, so reading them costs O(entries that left the window), not a scan.
  */
-import type { Hasher } from "./hash.ts";
-import type { RequestShape } from "./shape.ts";
-
-export interface PrefixChain {
-  /** hashes[i] identifies the prompt prefix that ends at ends[i] characters. */
-  hashes: string[];
-  ends: number[];
-}
-
-const FIRST_CHUNK = "\u0001";
-const NEXT_CHUNK = "\u0002";
-
-export function prefixChain(shape: Pick<RequestShape, "tenant" | "model" | "segments">, hasher: Hasher, chunkChars: number): PrefixChain {
-  const hashes: string[] = [];
-  const ends: number[] = [];
-  let h = hasher.hash(`llmroute/1\u001f${shape.tenant}\u001f${shape.model ?? ""}`);
-  let end = 0;
-  for (const segment of shape.segments) {
-    let offset = 0;
-    do {
-      const chunk = segment.slice(offset, offset + chunkChars);
-      h = hasher.link(h, offset === 0 ? FIRST_CHUNK : NEXT_CHUNK, chunk);
-      end += chunk.length;
-      hashes.push(h);
-      ends.push(end);
-      offset += chunkChars;
-    } while (offset < segment.length);
-  }
-  return { hashes, ends };
-}
+import { chainChars, type PrefixChain } from "./chain.ts";
 
 export interface PrefixMatch {
   replica: string;
@@ -44,23 +22,8 @@ export interface PrefixMatch {
   depth: number;
   /** Characters of prompt covered by the match. */
   chars: number;
-  /** When this replica last served the matched prefix (ms). */
+  /** When this replica last served the matched prefix (ms); 0 when nothing matched. */
   lastUsed: number;
-}
-
-interface Entry {
-  replica: string;
-  /** Characters this link adds to its parent: summed per replica, shared prefixes count once. */
-  delta: number;
-  lastUsed: number;
-  /** Key of the parent link on the same replica (undefined for a first link). */
-  parent?: string;
-  /** Links on the same replica that extend this one; 0 = a tip (a conversation's latest turn). */
-  children: number;
-  /** Recorded again after it was created: the prefix was reused (a later turn, a shared document). */
-  reused: boolean;
-  /** Recorded by a continuation: part of a conversation, likely to be sent again. */
-  continued: boolean;
 }
 
 /** Per-replica totals kept as entries come and go. */
@@ -75,189 +38,652 @@ export interface ReplicaIndexStats {
 export interface PrefixIndexOptions {
   maxEntries: number;
   ttlMs: number;
+  /** The capacity window: entries used within it make up the active working set. */
+  windowMs: number;
 }
 
-/** One saved index entry: [hash, replica, delta chars, lastUsed ms, parent hash or null, flags (1 reused, 2 continued)]. */
-export type IndexRecord = [string, string, number, number, string | null, number];
+const NIL = -1;
+// flags
+const REUSED = 1; // recorded again after it was created: a later turn, a shared document
+const CONTINUED = 2; // recorded by a continuation: part of a conversation
+const PERSISTED = REUSED | CONTINUED;
+const IN_WINDOW = 4; // used within the capacity window (at or after the window's start)
+const COUNTED = 8; // IN_WINDOW and (REUSED or CONTINUED): part of the active working set
+const LINKED = 16; // on its replica's LRU list
+const LIVE = 32; // allocated (not on the free list)
 
-/**
- * Bounded index of (prefix link, replica) → last use. Map order is LRU order; a chain is
- * always recorded deepest-first so a parent link is never older than its children, which
- * keeps every replica's entries prefix-closed and lets a lookup binary-search the chain.
- */
+const MIN_CAPACITY = 1024;
+
 export class PrefixIndex {
-  private readonly entries = new Map<string, Entry>();
-  private readonly stats = new Map<string, ReplicaIndexStats>();
+  private capacity = 0;
+  private lo = new Uint32Array(0);
+  private hi = new Uint32Array(0);
+  private rid = new Uint16Array(0);
+  private flags = new Uint8Array(0);
+  private delta = new Uint32Array(0);
+  /** Length of the last partial tail chunk recorded right after this link (completions continuation). */
+  private tail = new Uint32Array(0);
+  private last = new Float64Array(0);
+  private parent = new Int32Array(0);
+  private children = new Int32Array(0);
+  private prev = new Int32Array(0);
+  private next = new Int32Array(0);
+  /** Open addressing, linear probing: entry + 1, 0 = empty. Kept at ≤ 50 % load. */
+  private slots = new Int32Array(0);
+  private mask = 0;
+  private freeList = NIL;
+  private highWater = 0;
+  private count = 0;
 
-  /** Bounds; mutable so a config reload applies them (the next record/evict enforces them). */
+  private readonly ids = new Map<string, number>();
+  private readonly names: string[] = [];
+  private head: number[] = [];
+  private newest: number[] = [];
+  private charsOf: number[] = [];
+  private entriesOf: number[] = [];
+  private tipsOf: number[] = [];
+  private budgetOf: number[] = [];
+  /** The oldest entry inside the capacity window, per replica. */
+  private windowStart: number[] = [];
+  private activeOf: number[] = [];
+  /** Characters of entries inside the window, persisted or not (what a card is busy holding). */
+  private recentOf: number[] = [];
+  private windowSince = -Infinity;
+  /** Distinct hashes counted in some replica's active working set (the fleet's view). */
+  private readonly fleet = new HashCounts();
+  private scratch = new Int32Array(64);
+
   constructor(public options: PrefixIndexOptions) {}
 
   get size(): number {
-    return this.entries.size;
+    return this.count;
   }
 
-  /** The longest prefix of `chain` each replica is known to hold. */
+  /** Bytes held by the index's arrays (what one entry costs: memoryBytes / capacity). */
+  memoryBytes(): number {
+    const perEntry = 4 + 4 + 2 + 1 + 4 + 4 + 8 + 4 + 4 + 4 + 4;
+    return this.capacity * perEntry + this.slots.byteLength + this.fleet.memoryBytes();
+  }
+
+  /** The longest prefix of `chain` that `replica` is known to hold. */
   match(chain: PrefixChain, replica: string): PrefixMatch {
+    const r = this.ids.get(replica);
+    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
     // Entries are prefix-closed per replica: links [0, lo) are held, links [hi, n) are not.
     let lo = 0;
-    let hi = chain.hashes.length;
+    let hi = chain.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (this.entries.has(key(chain.hashes[mid]!, replica))) lo = mid + 1;
+      if (this.find(chain.lo[mid]!, chain.hi[mid]!, r) !== NIL) lo = mid + 1;
       else hi = mid;
     }
     if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
-    const deepest = this.entries.get(key(chain.hashes[lo - 1]!, replica))!;
-    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: deepest.lastUsed };
+    const deepest = this.find(chain.lo[lo - 1]!, chain.hi[lo - 1]!, r);
+    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]! };
+  }
+
+  /** Does `replica` hold the link with this hash? */
+  holds(lo: number, hi: number, replica: string): boolean {
+    const r = this.ids.get(replica);
+    return r !== undefined && this.find(lo >>> 0, hi >>> 0, r) !== NIL;
+  }
+
+  /** The length of the tail chunk last recorded right after link `depth - 1` of `chain` on `replica` (0 = none). */
+  tailAfter(chain: PrefixChain, depth: number, replica: string): number {
+    const r = this.ids.get(replica);
+    if (r === undefined || depth < 1 || depth > chain.length) return 0;
+    const e = this.find(chain.lo[depth - 1]!, chain.hi[depth - 1]!, r);
+    return e === NIL ? 0 : this.tail[e]!;
   }
 
   /** Remember that `replica` now holds every prefix in `chain` (sent by a continuation or not). */
   record(chain: PrefixChain, replica: string, now: number, continued = false): void {
-    const stats = this.statsOf(replica);
-    let childInserted = false;
-    for (let i = chain.hashes.length - 1; i >= 0; i--) {
-      const k = key(chain.hashes[i]!, replica);
-      const existing = this.entries.get(k);
-      if (existing) {
-        this.entries.delete(k);
-        existing.lastUsed = now;
-        existing.reused = true;
-        if (continued) existing.continued = true;
-        if (childInserted && existing.children++ === 0) stats.tips--;
-        this.entries.set(k, existing);
-        childInserted = false;
-      } else {
-        const delta = chain.ends[i]! - (i === 0 ? 0 : chain.ends[i - 1]!);
-        const parent = i === 0 ? undefined : key(chain.hashes[i - 1]!, replica);
-        const children = childInserted ? 1 : 0;
-        this.entries.set(k, { replica, delta, lastUsed: now, parent, children, reused: false, continued });
-        stats.chars += delta;
-        stats.entries++;
-        if (children === 0) stats.tips++;
-        childInserted = true;
+    const n = chain.length;
+    if (n === 0) return;
+    const r = this.idOf(replica);
+    // Lists stay ordered by time even if the clock steps back.
+    const newest = this.newest[r]!;
+    if (newest !== NIL && now < this.last[newest]!) now = this.last[newest]!;
+    if (this.scratch.length < n) this.scratch = new Int32Array(Math.max(n, this.scratch.length * 2));
+    const chainEntries = this.scratch;
+
+    // Shallow to deep: find or create each link with its parent.
+    let parent = NIL;
+    for (let i = 0; i < n; i++) {
+      let e = this.find(chain.lo[i]!, chain.hi[i]!, r);
+      if (e === NIL) {
+        e = this.create(chain.lo[i]!, chain.hi[i]!, r, chain.ends[i]! - (i === 0 ? 0 : chain.ends[i - 1]!), parent);
       }
+      chainEntries[i] = e;
+      parent = e;
     }
-    while (this.entries.size > this.options.maxEntries) this.dropOldest();
+    if (n >= 2) this.tail[chainEntries[n - 2]!] = this.delta[chainEntries[n - 1]!]!;
+
+    // Deep to shallow: each link becomes the newest, so parents stay newer than children.
+    const add = continued ? CONTINUED : 0;
+    for (let i = n - 1; i >= 0; i--) {
+      const e = chainEntries[i]!;
+      const f = this.flags[e]!;
+      if (f & LINKED) {
+        this.flags[e] = f | REUSED | add;
+        this.unlink(e);
+      } else {
+        this.flags[e] = f | add;
+      }
+      this.last[e] = now;
+      this.append(e);
+      this.enterWindow(e);
+    }
+    this.enforceBounds(r);
   }
 
   /** Drop entries idle longer than the TTL; returns how many were dropped. */
   evict(now: number): number {
     let dropped = 0;
-    for (const [k, entry] of this.entries) {
-      if (now - entry.lastUsed <= this.options.ttlMs) break;
-      this.remove(k, entry);
-      dropped++;
+    for (let r = 0; r < this.names.length; r++) {
+      for (let e = this.head[r]!; e !== NIL && now - this.last[e]! > this.options.ttlMs; e = this.head[r]!) {
+        this.remove(e);
+        dropped++;
+      }
     }
     return dropped;
   }
 
   /** Forget everything a replica held (it restarted, or left the fleet). */
   forget(replica: string): void {
-    for (const [k, entry] of this.entries) if (entry.replica === replica) this.entries.delete(k);
-    this.stats.delete(replica);
+    const r = this.ids.get(replica);
+    if (r === undefined) return;
+    for (let e = this.head[r]!; e !== NIL; e = this.head[r]!) this.remove(e);
+  }
+
+  /**
+   * Drop a replica's entries last used at or before `at`: the engine evicted a prefix last
+   * used then, and an LRU cache evicts everything older first.
+   */
+  forgetUsedBy(replica: string, at: number): number {
+    const r = this.ids.get(replica);
+    if (r === undefined) return 0;
+    let dropped = 0;
+    for (let e = this.head[r]!; e !== NIL && this.last[e]! <= at; e = this.head[r]!) {
+      this.remove(e);
+      dropped++;
+    }
+    return dropped;
+  }
+
+  /** A replica's budget in characters (its KV), or undefined for none (only the global bound). */
+  setBudget(replica: string, chars: number | undefined): void {
+    const r = this.idOf(replica);
+    this.budgetOf[r] = chars === undefined || !(chars > 0) ? Infinity : chars;
+    this.enforceBounds(r);
+  }
+
+  /** Apply changed options (config reload): bounds now, a changed window on the next read. */
+  configure(options: PrefixIndexOptions): void {
+    const windowChanged = options.windowMs !== this.options.windowMs;
+    this.options = { ...options };
+    if (windowChanged) this.windowSince = Infinity; // forces a rebuild on the next read
+    for (let r = 0; r < this.names.length; r++) this.enforceBounds(r);
   }
 
   /** Characters of distinct prefixes a replica has served recently (shared prefixes once). */
   workingSetChars(replica: string): number {
-    return this.stats.get(replica)?.chars ?? 0;
+    const r = this.ids.get(replica);
+    return r === undefined ? 0 : this.charsOf[r]!;
   }
 
   replicaStats(replica: string): ReplicaIndexStats {
-    return { ...(this.stats.get(replica) ?? { chars: 0, entries: 0, tips: 0 }) };
+    const r = this.ids.get(replica);
+    if (r === undefined) return { chars: 0, entries: 0, tips: 0 };
+    return { chars: this.charsOf[r]!, entries: this.entriesOf[r]!, tips: this.tipsOf[r]! };
   }
 
   /**
-   * The active working set in characters: distinct prefixes used at or after `since` (ms)
-   * that belong to a conversation or were reused — per replica, and for the whole fleet
-   * with a prefix held on several replicas counted once. A one-shot's own text, never sent
-   * again, occupies the cache only until evicted and is not what makes a card thrash.
+   * The active working set in characters: distinct prefixes used within the window that
+   * belong to a conversation or were reused — per replica, and for the whole fleet with a
+   * prefix held on several replicas counted once. A one-shot's own text, never sent again,
+   * occupies the cache only until evicted and is not what makes a card thrash.
    */
-  activeWorkingSet(since: number): { perReplica: Map<string, number>; fleet: number } {
+  activeWorkingSet(now: number): { perReplica: Map<string, number>; fleet: number } {
+    this.advance(now);
     const perReplica = new Map<string, number>();
-    const seen = new Set<string>();
-    let fleet = 0;
-    for (const [k, e] of this.entries) {
-      if (e.lastUsed < since || !(e.reused || e.continued)) continue;
-      perReplica.set(e.replica, (perReplica.get(e.replica) ?? 0) + e.delta);
-      const hash = hashOf(k);
-      if (!seen.has(hash)) {
-        seen.add(hash);
-        fleet += e.delta;
+    for (let r = 0; r < this.names.length; r++) if (this.activeOf[r]! > 0) perReplica.set(this.names[r]!, this.activeOf[r]!);
+    return { perReplica, fleet: this.fleet.total };
+  }
+
+  /** Move the capacity window to end at `now` (cheap: only entries that left it are visited). */
+  advance(now: number): void {
+    const since = now - this.options.windowMs;
+    if (since < this.windowSince) this.rebuildWindow(since);
+    else this.advanceWindow(since);
+  }
+
+  /** Characters a replica has used within the window, as of the last `advance`. */
+  recentChars(replica: string): number {
+    const r = this.ids.get(replica);
+    return r === undefined ? 0 : this.recentOf[r]!;
+  }
+
+  // --- snapshots (routing.state_file, a cluster's catch-up) -------------------------------
+
+  /**
+   * Every entry in a compact binary form, each replica's oldest first, so `restore` rebuilds
+   * the same LRU order. Layout (little-endian): "LRIX", version, entry count, replica count,
+   * the replica names (u16 length + UTF-8), then one 32-byte record per entry: hash lo, hash
+   * hi, replica id (u16), flags (u8), pad, delta chars, tail chars, last use (f64 ms), parent
+   * position (i32, −1 = none).
+   */
+  snapshot(): Uint8Array {
+    const encoder = new TextEncoder();
+    const names = this.names.map((n) => encoder.encode(n));
+    const headerBytes = 16 + names.reduce((s, n) => s + 2 + n.length, 0);
+    const size = headerBytes + this.count * RECORD_BYTES;
+    const out = new Uint8Array(size);
+    const view = new DataView(out.buffer);
+    out.set(MAGIC, 0);
+    view.setUint32(4, SNAPSHOT_VERSION, true);
+    view.setUint32(8, this.count, true);
+    view.setUint32(12, names.length, true);
+    let at = 16;
+    for (const n of names) {
+      view.setUint16(at, n.length, true);
+      out.set(n, at + 2);
+      at += 2 + n.length;
+    }
+    const position = new Int32Array(this.highWater).fill(NIL);
+    let p = 0;
+    for (let r = 0; r < this.names.length; r++) for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) position[e] = p++;
+    for (let r = 0; r < this.names.length; r++) {
+      for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) {
+        view.setUint32(at, this.lo[e]!, true);
+        view.setUint32(at + 4, this.hi[e]!, true);
+        view.setUint16(at + 8, r, true);
+        view.setUint8(at + 10, this.flags[e]! & PERSISTED);
+        view.setUint32(at + 12, this.delta[e]!, true);
+        view.setUint32(at + 16, this.tail[e]!, true);
+        view.setFloat64(at + 20, this.last[e]!, true);
+        view.setInt32(at + 28, this.parent[e] === NIL ? NIL : position[this.parent[e]!]!, true);
+        at += RECORD_BYTES;
       }
     }
-    return { perReplica, fleet };
+    return out;
   }
 
-  /** Oldest first, so `restore` rebuilds the same LRU order. */
-  save(): IndexRecord[] {
-    return [...this.entries].map(([k, e]) => [
-      hashOf(k),
-      e.replica,
-      e.delta,
-      e.lastUsed,
-      e.parent ? hashOf(e.parent) : null,
-      (e.reused ? 1 : 0) | (e.continued ? 2 : 0),
-    ]);
-  }
+  /**
+   * Load a snapshot's entries for the replicas `keep` accepts. Every record is checked; one
+   * that is malformed, or whose parent is missing, newer-ordered or dropped, is skipped and
+   * counted (with its descendants), so what is loaded stays prefix-closed.
+   */
+  restore(bytes: Uint8Array, keep: (replica: string) => boolean): { restored: number; skipped: number } {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const bad = () => {
+      throw new RangeError("not an llmroute index snapshot (or a truncated one)");
+    };
+    if (bytes.byteLength < 16 || !MAGIC.every((b, i) => bytes[i] === b)) bad();
+    if (view.getUint32(4, true) !== SNAPSHOT_VERSION) throw new RangeError(`index snapshot version ${view.getUint32(4, true)} is not ${SNAPSHOT_VERSION}`);
+    const total = view.getUint32(8, true);
+    const replicaCount = view.getUint32(12, true);
+    const decoder = new TextDecoder("utf-8", { fatal: true });
+    const names: string[] = [];
+    let at = 16;
+    for (let i = 0; i < replicaCount; i++) {
+      if (at + 2 > bytes.byteLength) bad();
+      const len = view.getUint16(at, true);
+      if (at + 2 + len > bytes.byteLength) bad();
+      names.push(decoder.decode(bytes.subarray(at + 2, at + 2 + len)));
+      at += 2 + len;
+    }
+    const available = Math.floor((bytes.byteLength - at) / RECORD_BYTES);
+    const records = Math.min(total, available);
+    let skipped = total - records;
+    const base = at;
+    const rec = (i: number) => base + i * RECORD_BYTES;
 
-  /** Load saved entries (e.g. from routing.state_file) for the replicas `keep` accepts. */
-  restore(records: IndexRecord[], keep: (replica: string) => boolean): number {
+    // Newest first, so a parent's fate is known before its children's.
+    const keepRecord = new Uint8Array(records);
+    const kept = names.map((n) => keep(n));
+    for (let i = records - 1; i >= 0; i--) {
+      const o = rec(i);
+      const r = view.getUint16(o + 8, true);
+      const flags = view.getUint8(o + 10);
+      const last = view.getFloat64(o + 20, true);
+      const parent = view.getInt32(o + 28, true);
+      let ok = r < names.length && kept[r]! && flags <= PERSISTED && Number.isFinite(last) && last >= 0;
+      if (ok && parent !== NIL) {
+        // A parent is newer than its child: later in the snapshot, on the same replica, kept.
+        ok = parent > i && parent < records && keepRecord[parent] === 1 && view.getUint16(rec(parent) + 8, true) === r;
+      }
+      if (ok) keepRecord[i] = 1;
+      else skipped++;
+    }
+
     let restored = 0;
-    for (const [hash, replica, delta, lastUsed, parent, flags] of records) {
-      if (!keep(replica)) continue;
-      const k = key(hash, replica);
-      this.entries.delete(k);
-      const parentKey = parent ? key(parent, replica) : undefined;
-      this.entries.set(k, { replica, delta, lastUsed, parent: parentKey, children: 0, reused: (flags & 1) !== 0, continued: (flags & 2) !== 0 });
+    const created = new Int32Array(records).fill(NIL);
+    for (let i = 0; i < records; i++) {
+      if (!keepRecord[i]) continue;
+      const o = rec(i);
+      const r = this.idOf(names[view.getUint16(o + 8, true)]!);
+      const lo = view.getUint32(o, true);
+      const hi = view.getUint32(o + 4, true);
+      if (this.find(lo, hi, r) !== NIL) {
+        skipped++;
+        continue;
+      }
+      const e = this.create(lo, hi, r, view.getUint32(o + 12, true), NIL);
+      this.flags[e]! |= view.getUint8(o + 10);
+      this.tail[e] = view.getUint32(o + 16, true);
+      const newest = this.newest[r]!;
+      this.last[e] = Math.max(view.getFloat64(o + 20, true), newest === NIL ? 0 : this.last[newest]!);
+      this.append(e);
+      created[i] = e;
       restored++;
     }
-    this.rebuildStats();
-    while (this.entries.size > this.options.maxEntries) this.dropOldest();
-    return restored;
-  }
-
-  private rebuildStats(): void {
-    this.stats.clear();
-    for (const e of this.entries.values()) e.children = 0;
-    for (const e of this.entries.values()) {
-      const parent = e.parent ? this.entries.get(e.parent) : undefined;
-      if (parent) parent.children++;
+    // Parents come after their children: link them once all exist.
+    for (let i = 0; i < records; i++) {
+      const e = created[i]!;
+      if (e === NIL) continue;
+      const parentAt = view.getInt32(rec(i) + 28, true);
+      const p = parentAt === NIL ? NIL : created[parentAt]!;
+      if (p === NIL) continue;
+      this.parent[e] = p;
+      if (this.children[p]!++ === 0) this.tipsOf[this.rid[p]!]!--;
     }
-    for (const e of this.entries.values()) {
-      const stats = this.statsOf(e.replica);
-      stats.chars += e.delta;
-      stats.entries++;
-      if (e.children === 0) stats.tips++;
+    this.windowSince = Infinity;
+    for (let r = 0; r < this.names.length; r++) this.enforceBounds(r);
+    return { restored, skipped };
+  }
+
+  // --- internals --------------------------------------------------------------------------
+
+  private idOf(replica: string): number {
+    let r = this.ids.get(replica);
+    if (r !== undefined) return r;
+    r = this.names.length;
+    if (r > 0xffff) throw new RangeError("more than 65,536 replica names");
+    this.ids.set(replica, r);
+    this.names.push(replica);
+    this.head.push(NIL);
+    this.newest.push(NIL);
+    this.charsOf.push(0);
+    this.entriesOf.push(0);
+    this.tipsOf.push(0);
+    this.budgetOf.push(Infinity);
+    this.windowStart.push(NIL);
+    this.activeOf.push(0);
+    this.recentOf.push(0);
+    return r;
+  }
+
+  private slotOf(lo: number, r: number): number {
+    return (lo ^ Math.imul(r + 1, 0x9e3779b1)) & this.mask;
+  }
+
+  private find(lo: number, hi: number, r: number): number {
+    if (this.count === 0) return NIL;
+    for (let s = this.slotOf(lo, r); ; s = (s + 1) & this.mask) {
+      const e = this.slots[s]! - 1;
+      if (e < 0) return NIL;
+      if (this.lo[e] === lo && this.hi[e] === hi && this.rid[e] === r) return e;
     }
   }
 
-  private statsOf(replica: string): ReplicaIndexStats {
-    let stats = this.stats.get(replica);
-    if (!stats) this.stats.set(replica, (stats = { chars: 0, entries: 0, tips: 0 }));
-    return stats;
+  private create(lo: number, hi: number, r: number, delta: number, parent: number): number {
+    if (this.freeList === NIL && this.highWater === this.capacity) this.grow();
+    let e: number;
+    if (this.freeList !== NIL) {
+      e = this.freeList;
+      this.freeList = this.next[e]!;
+    } else e = this.highWater++;
+    this.lo[e] = lo;
+    this.hi[e] = hi;
+    this.rid[e] = r;
+    this.flags[e] = LIVE;
+    this.delta[e] = delta;
+    this.tail[e] = 0;
+    this.last[e] = 0;
+    this.parent[e] = parent;
+    this.children[e] = 0;
+    this.prev[e] = NIL;
+    this.next[e] = NIL;
+    let s = this.slotOf(lo, r);
+    while (this.slots[s] !== 0) s = (s + 1) & this.mask;
+    this.slots[s] = e + 1;
+    this.count++;
+    this.charsOf[r]! += delta;
+    this.entriesOf[r]!++;
+    this.tipsOf[r]!++;
+    if (parent !== NIL && this.children[parent]!++ === 0) this.tipsOf[r]!--;
+    return e;
   }
 
-  private dropOldest(): void {
-    const first = this.entries.entries().next();
-    if (!first.done) this.remove(first.value[0], first.value[1]);
+  private remove(e: number): void {
+    const r = this.rid[e]!;
+    if (this.flags[e]! & COUNTED) this.uncount(e);
+    if (this.flags[e]! & IN_WINDOW) this.recentOf[r]! -= this.delta[e]!;
+    if (this.windowStart[r] === e) this.windowStart[r] = this.next[e]!;
+    if (this.flags[e]! & LINKED) this.unlink(e);
+    this.deleteSlot(e);
+    this.count--;
+    this.charsOf[r]! -= this.delta[e]!;
+    this.entriesOf[r]!--;
+    if (this.children[e] === 0) this.tipsOf[r]!--;
+    const p = this.parent[e]!;
+    if (p !== NIL && --this.children[p]! === 0) this.tipsOf[r]!++;
+    this.flags[e] = 0;
+    this.next[e] = this.freeList;
+    this.freeList = e;
   }
 
-  private remove(k: string, entry: Entry): void {
-    this.entries.delete(k);
-    const stats = this.statsOf(entry.replica);
-    stats.chars -= entry.delta;
-    stats.entries--;
-    if (entry.children === 0) stats.tips--;
-    const parent = entry.parent ? this.entries.get(entry.parent) : undefined;
-    if (parent && --parent.children === 0) stats.tips++;
-    if (stats.entries === 0) this.stats.delete(entry.replica);
+  private deleteSlot(e: number): void {
+    let i = this.slotOf(this.lo[e]!, this.rid[e]!);
+    while (this.slots[i] !== e + 1) i = (i + 1) & this.mask;
+    this.slots[i] = 0;
+    // Backward-shift deletion: pull later members of the probe run into the hole.
+    for (let j = (i + 1) & this.mask; this.slots[j] !== 0; j = (j + 1) & this.mask) {
+      const x = this.slots[j]! - 1;
+      const k = this.slotOf(this.lo[x]!, this.rid[x]!);
+      const between = i <= j ? i < k && k <= j : i < k || k <= j;
+      if (between) continue;
+      this.slots[i] = this.slots[j]!;
+      this.slots[j] = 0;
+      i = j;
+    }
+  }
+
+  private append(e: number): void {
+    const r = this.rid[e]!;
+    const tail = this.newest[r]!;
+    this.prev[e] = tail;
+    this.next[e] = NIL;
+    if (tail === NIL) this.head[r] = e;
+    else this.next[tail] = e;
+    this.newest[r] = e;
+    this.flags[e]! |= LINKED;
+  }
+
+  private unlink(e: number): void {
+    const r = this.rid[e]!;
+    if (this.windowStart[r] === e) this.windowStart[r] = this.next[e] === NIL ? e : this.next[e]!;
+    const p = this.prev[e]!;
+    const n = this.next[e]!;
+    if (p === NIL) this.head[r] = n;
+    else this.next[p] = n;
+    if (n === NIL) this.newest[r] = p;
+    else this.prev[n] = p;
+    this.flags[e]! &= ~LINKED;
+  }
+
+  /** `e` was just made the newest entry of its replica: it is inside the window. */
+  private enterWindow(e: number): void {
+    const r = this.rid[e]!;
+    if (this.windowStart[r] === NIL) this.windowStart[r] = e;
+    if (!(this.flags[e]! & IN_WINDOW)) this.recentOf[r]! += this.delta[e]!;
+    const f = (this.flags[e]! |= IN_WINDOW);
+    if (f & PERSISTED && !(f & COUNTED)) this.count1(e);
+  }
+
+  private count1(e: number): void {
+    this.flags[e]! |= COUNTED;
+    this.activeOf[this.rid[e]!]! += this.delta[e]!;
+    this.fleet.add(this.lo[e]!, this.hi[e]!, this.delta[e]!);
+  }
+
+  private uncount(e: number): void {
+    this.flags[e]! &= ~COUNTED;
+    this.activeOf[this.rid[e]!]! -= this.delta[e]!;
+    this.fleet.remove(this.lo[e]!, this.hi[e]!, this.delta[e]!);
+  }
+
+  private advanceWindow(since: number): void {
+    this.windowSince = since;
+    for (let r = 0; r < this.names.length; r++) {
+      let e = this.windowStart[r]!;
+      for (; e !== NIL && this.last[e]! < since; e = this.next[e]!) {
+        if (this.flags[e]! & COUNTED) this.uncount(e);
+        this.flags[e]! &= ~IN_WINDOW;
+        this.recentOf[r]! -= this.delta[e]!;
+      }
+      this.windowStart[r] = e;
+    }
+  }
+
+  private rebuildWindow(since: number): void {
+    this.windowSince = since;
+    this.fleet.clear();
+    for (let r = 0; r < this.names.length; r++) {
+      this.activeOf[r] = 0;
+      this.recentOf[r] = 0;
+      this.windowStart[r] = NIL;
+      for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) {
+        this.flags[e]! &= ~(IN_WINDOW | COUNTED);
+        if (this.last[e]! < since) continue;
+        if (this.windowStart[r] === NIL) this.windowStart[r] = e;
+        this.flags[e]! |= IN_WINDOW;
+        this.recentOf[r]! += this.delta[e]!;
+        if (this.flags[e]! & PERSISTED) this.count1(e);
+      }
+    }
+  }
+
+  private enforceBounds(r: number): void {
+    while (this.charsOf[r]! > this.budgetOf[r]! && this.head[r] !== NIL) this.remove(this.head[r]!);
+    while (this.count > this.options.maxEntries) {
+      let oldest = NIL;
+      for (let q = 0; q < this.names.length; q++) {
+        const h = this.head[q]!;
+        if (h !== NIL && (oldest === NIL || this.last[h]! < this.last[oldest]!)) oldest = h;
+      }
+      if (oldest === NIL) break;
+      this.remove(oldest);
+    }
+  }
+
+  private grow(): void {
+    const capacity = Math.max(MIN_CAPACITY, this.capacity * 2);
+    const copy = <T extends Uint8Array | Uint16Array | Uint32Array | Int32Array | Float64Array>(from: T, make: (n: number) => T): T => {
+      const to = make(capacity);
+      to.set(from);
+      return to;
+    };
+    this.lo = copy(this.lo, (n) => new Uint32Array(n));
+    this.hi = copy(this.hi, (n) => new Uint32Array(n));
+    this.rid = copy(this.rid, (n) => new Uint16Array(n));
+    this.flags = copy(this.flags, (n) => new Uint8Array(n));
+    this.delta = copy(this.delta, (n) => new Uint32Array(n));
+    this.tail = copy(this.tail, (n) => new Uint32Array(n));
+    this.last = copy(this.last, (n) => new Float64Array(n));
+    this.parent = copy(this.parent, (n) => new Int32Array(n));
+    this.children = copy(this.children, (n) => new Int32Array(n));
+    this.prev = copy(this.prev, (n) => new Int32Array(n));
+    this.next = copy(this.next, (n) => new Int32Array(n));
+    this.capacity = capacity;
+    this.slots = new Int32Array(capacity * 2);
+    this.mask = capacity * 2 - 1;
+    // Every allocated entry, listed or not (a chain being recorded is not listed yet).
+    for (let e = 0; e < this.highWater; e++) {
+      if (!(this.flags[e]! & LIVE)) continue;
+      let s = this.slotOf(this.lo[e]!, this.rid[e]!);
+      while (this.slots[s] !== 0) s = (s + 1) & this.mask;
+      this.slots[s] = e + 1;
+    }
   }
 }
 
-function key(hash: string, replica: string): string {
-  return `${hash}@${replica}`;
+const MAGIC = [0x4c, 0x52, 0x49, 0x58]; // "LRIX"
+const SNAPSHOT_VERSION = 1;
+const RECORD_BYTES = 32;
+
+/** A multiset of 64-bit hashes with the characters each stands for: the fleet's distinct total. */
+class HashCounts {
+  private keysLo = new Uint32Array(0);
+  private keysHi = new Uint32Array(0);
+  private counts = new Int32Array(0);
+  private mask = -1;
+  private size = 0;
+  total = 0;
+
+  memoryBytes(): number {
+    return this.counts.length * 12;
+  }
+
+  add(lo: number, hi: number, chars: number): void {
+    if ((this.size + 1) * 2 > this.counts.length) this.resize(Math.max(1024, this.counts.length * 2));
+    let s = lo & this.mask;
+    while (this.counts[s] !== 0) {
+      if (this.keysLo[s] === lo && this.keysHi[s] === hi) {
+        this.counts[s]!++;
+        return;
+      }
+      s = (s + 1) & this.mask;
+    }
+    this.keysLo[s] = lo;
+    this.keysHi[s] = hi;
+    this.counts[s] = 1;
+    this.size++;
+    this.total += chars;
+  }
+
+  remove(lo: number, hi: number, chars: number): void {
+    if (this.size === 0) return;
+    let i = lo & this.mask;
+    while (this.counts[i] !== 0 && (this.keysLo[i] !== lo || this.keysHi[i] !== hi)) i = (i + 1) & this.mask;
+    if (this.counts[i] === 0) return;
+    if (--this.counts[i]! > 0) return;
+    this.size--;
+    this.total -= chars;
+    for (let j = (i + 1) & this.mask; this.counts[j] !== 0; j = (j + 1) & this.mask) {
+      const k = this.keysLo[j]! & this.mask;
+      const between = i <= j ? i < k && k <= j : i < k || k <= j;
+      if (between) continue;
+      this.keysLo[i] = this.keysLo[j]!;
+      this.keysHi[i] = this.keysHi[j]!;
+      this.counts[i] = this.counts[j]!;
+      this.counts[j] = 0;
+      i = j;
+    }
+  }
+
+  clear(): void {
+    this.counts.fill(0);
+    this.size = 0;
+    this.total = 0;
+  }
+
+  private resize(capacity: number): void {
+    const { keysLo, keysHi, counts } = this;
+    this.keysLo = new Uint32Array(capacity);
+    this.keysHi = new Uint32Array(capacity);
+    this.counts = new Int32Array(capacity);
+    this.mask = capacity - 1;
+    for (let i = 0; i < counts.length; i++) {
+      if (counts[i] === 0) continue;
+      let s = keysLo[i]! & this.mask;
+      while (this.counts[s] !== 0) s = (s + 1) & this.mask;
+      this.keysLo[s] = keysLo[i]!;
+      this.keysHi[s] = keysHi[i]!;
+      this.counts[s] = counts[i]!;
+    }
+  }
 }
 
-function hashOf(k: string): string {
-  return k.slice(0, k.indexOf("@"));
-}
+export { chainChars };

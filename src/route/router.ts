@@ -1,12 +1,15 @@
 /**
  * The routing decision, end to end and still pure: previous_response_id stickiness, the
- * configured policy, and the `max_inflight` spill every policy honours. The caller passes
- * the fleet snapshot and the clock, then commits the decision it acted on.
+ * configured policy, the `max_inflight` spill every policy honours, and what the decision
+ * expected of the cache. The caller passes the fleet snapshot and the clock, commits the
+ * decision it acted on, and reports what the engine delivered (`feedback`), which corrects
+ * the index when the engine has evicted what the index still believed held.
  */
+import { chainChars, continuationLink, linkHash, type PrefixChain } from "./chain.ts";
+import { hex64, type Hasher } from "./hash.ts";
 import type { CacheAwareOptions } from "./options.ts";
-import type { Hasher } from "./hash.ts";
 import { live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
-import { PrefixIndex, type PrefixMatch } from "./prefix.ts";
+import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
 
 export interface RouterOptions {
   policy: Policy;
@@ -16,8 +19,58 @@ export interface RouterOptions {
   cacheAware: CacheAwareOptions;
   /** Responses API ids remembered (LRU). */
   maxResponses?: number;
+  /** Session keys remembered (LRU). */
+  maxSessions?: number;
   random?: () => number;
 }
+
+/** What the fleet knows of a replica; the router adds what its index knows. */
+export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
+  /** Commit time (ms) of the oldest request sent here that has not reached its first byte. */
+  pendingSince?: number;
+};
+
+/** What a decision expected of the cache, in characters of prompt; the proxy reports them. */
+export interface RouteEstimate {
+  totalChars: number;
+  /** Cached on some replica of the pool, by the index (each sequence's deepest holder). */
+  availableChars: number;
+  /** Cached on the chosen replica, by the index. */
+  capturedChars: number;
+  /** When the chosen replica last used what matched (0 = nothing matched). */
+  matchedAt: number;
+  /** The match was computed before this decision (no earlier request to it is still prefilling). */
+  settled: boolean;
+  /** The chosen replica's characters per token, to turn the above into tokens. */
+  charsPerToken: number;
+  /** Prompt tokens the chosen replica must prefill (its queue grows by this much). */
+  uncachedTokens: number;
+}
+
+export interface Routed extends Decision {
+  estimate: RouteEstimate;
+}
+
+/** How the engine's report compared with the index's expectation. */
+export type Verdict = "hit" | "miss" | "unexpected_hit" | "cold" | "unsettled";
+
+/** Per replica: predicted vs delivered, and whether the engine's reports are trusted. */
+export interface ReplicaTruth {
+  predictedTokens: number;
+  deliveredTokens: number;
+  hits: number;
+  misses: number;
+  unexpectedHits: number;
+  /** Entries dropped because the engine had evicted them. */
+  corrected: number;
+  /** The engine never delivered a predicted hit: its reports are not acted on (its cache may be off). */
+  distrusted: boolean;
+}
+
+/** A prediction is judged only when it is worth this many tokens (block rounding, template overhead). */
+const JUDGE_TOKENS = 256;
+/** Misses without a single hit before the engine's reports stop being acted on. */
+const DISTRUST_AFTER = 8;
 
 export class Router {
   policy: Policy;
@@ -27,7 +80,10 @@ export class Router {
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;
   private readonly responses = new Map<string, string>();
+  private readonly sessions = new Map<string, string>();
+  private readonly truths = new Map<string, ReplicaTruth>();
   private readonly maxResponses: number;
+  private readonly maxSessions: number;
   private readonly hasher: Hasher;
   private readonly random: () => number;
 
@@ -38,45 +94,113 @@ export class Router {
     this.maxInflight = options.maxInflight;
     this.cacheAware = options.cacheAware;
     this.maxResponses = options.maxResponses ?? 100_000;
+    this.maxSessions = options.maxSessions ?? 100_000;
     this.random = options.random ?? Math.random;
   }
 
-  /** Choose a replica among `replicas` (already narrowed to the request's model), or none. */
-  route(input: RouteInput, replicas: readonly ReplicaView[]): Decision | undefined {
-    const sticky = input.shape.previousResponseId && this.responses.get(input.shape.previousResponseId);
-    if (sticky) {
-      const owner = replicas.find((r) => r.name === sticky && r.healthy);
-      // The response state lives only there: never spill it.
-      if (owner) return { replica: owner.name, reason: "sticky" };
+  /** Choose a replica among `fleet` (already narrowed to the request's model), or none. */
+  route(input: RouteInput, fleet: readonly FleetView[], now: number = Date.now()): Routed | undefined {
+    this.index.advance(now);
+    const replicas: ReplicaView[] = fleet.map(({ pendingSince: _p, ...r }) => ({
+      ...r,
+      cachedChars: this.index.workingSetChars(r.name),
+      recentChars: this.index.recentChars(r.name),
+    }));
+    const matches = this.matchAll(input.chains, replicas);
+    const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
+    const estimate = (replica: string, decision: Decision): Routed => {
+      const view = fleet.find((r) => r.name === replica)!;
+      const m = matches.find((x) => x.replica === replica)!;
+      return {
+        ...decision,
+        estimate: {
+          totalChars,
+          availableChars: input.chains.length === 1 ? Math.max(0, ...matches.map((x) => x.chars)) : this.available(input.chains, replicas),
+          capturedChars: m.chars,
+          matchedAt: m.lastUsed,
+          settled: view.pendingSince === undefined || m.lastUsed < view.pendingSince,
+          charsPerToken: view.charsPerToken,
+          uncachedTokens: Math.max(0, totalChars - m.chars) / view.charsPerToken,
+        },
+      };
+    };
+
+    const stickyId = input.shape.previousResponseId;
+    const owner = stickyId ? this.responses.get(stickyId) : undefined;
+    if (owner) {
+      // The response state lives only there: never spill it, never send it elsewhere.
+      const r = replicas.find((x) => x.name === owner && x.healthy);
+      return r ? estimate(r.name, { replica: r.name, reason: "sticky" }) : undefined;
     }
 
-    let matches: readonly PrefixMatch[] | undefined;
     const ctx: PolicyContext = {
       counter: this.counter,
       random: this.random,
-      hash: (text) => this.hasher.hash(text),
-      matches: () => (matches ??= replicas.map((r) => this.index.match(input.chain, r.name))),
+      hash: (text) => hex64(this.hasher.hash(text, 0n)),
+      matches: () => matches,
+      totalChars,
+      continuation: input.shape.continuation || this.extendsServedPrompt(input, matches),
+      ...(input.shape.session ? { sessionReplica: this.sessions.get(sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
     const decision = this.policy.choose(input, replicas, ctx);
     if (!decision) return undefined;
-    return this.spill(decision, replicas);
+    const final = this.spill(decision, replicas);
+    return estimate(final.replica, final);
   }
 
   /** Record an acted-on decision: the replica now holds this prefix. */
   commit(input: RouteInput, decision: Decision, now: number): void {
     if (decision.usedCounter) this.counter++;
-    this.index.record(input.chain, decision.replica, now, input.shape.continuation);
+    for (const chain of input.chains) this.index.record(chain, decision.replica, now, input.shape.continuation);
+    if (input.shape.session) remember(this.sessions, sessionKey(input), decision.replica, this.maxSessions);
+  }
+
+  /**
+   * What the engine delivered (usage's cached tokens) against what the decision expected.
+   * Far less than a settled prediction: the engine evicted that prefix, and an LRU cache
+   * evicts everything used before it first — drop those entries. More than predicted: a
+   * hit the index did not know (the chain is recorded by the commit already). An engine
+   * that never delivers a predicted hit is not believed, so a cache that is off (or an
+   * engine that reports zeros) cannot empty the index.
+   */
+  feedback(replica: string, estimate: RouteEstimate, cachedTokens: number | undefined): Verdict | undefined {
+    if (cachedTokens === undefined || !(cachedTokens >= 0)) return undefined;
+    const truth = this.truthOf(replica);
+    const predicted = estimate.capturedChars / estimate.charsPerToken;
+    truth.predictedTokens += predicted;
+    truth.deliveredTokens += cachedTokens;
+    if (cachedTokens > predicted + Math.max(JUDGE_TOKENS, predicted / 2)) {
+      truth.unexpectedHits++;
+      return "unexpected_hit";
+    }
+    if (predicted < JUDGE_TOKENS) return "cold";
+    if (!estimate.settled) return "unsettled";
+    if (cachedTokens >= predicted / 2) {
+      truth.hits++;
+      truth.distrusted = false;
+      return "hit";
+    }
+    truth.misses++;
+    if (truth.hits === 0 && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
+    if (!truth.distrusted) truth.corrected += this.index.forgetUsedBy(replica, estimate.matchedAt);
+    return "miss";
+  }
+
+  truthOf(replica: string): ReplicaTruth {
+    let t = this.truths.get(replica);
+    if (!t) this.truths.set(replica, (t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, unexpectedHits: 0, corrected: 0, distrusted: false }));
+    return t;
   }
 
   /** A Responses API response `id` was produced by `replica`. */
   rememberResponse(id: string, replica: string): void {
-    this.responses.delete(id);
-    this.responses.set(id, replica);
-    if (this.responses.size > this.maxResponses) {
-      const oldest = this.responses.keys().next();
-      if (!oldest.done) this.responses.delete(oldest.value);
-    }
+    remember(this.responses, id, replica, this.maxResponses);
+  }
+
+  /** The replica holding a Responses API response's state, if known. */
+  responseOwner(id: string): string | undefined {
+    return this.responses.get(id);
   }
 
   /** Oldest first, for the state file. */
@@ -87,7 +211,55 @@ export class Router {
   /** Forget what a replica held: it restarted (its cache is gone) or left the fleet. */
   forget(replica: string): void {
     this.index.forget(replica);
+    this.truths.delete(replica);
     for (const [id, owner] of this.responses) if (owner === replica) this.responses.delete(id);
+    for (const [key, owner] of this.sessions) if (owner === replica) this.sessions.delete(key);
+  }
+
+  /** Per replica, what it holds of the request: summed over sequences, the newest use. */
+  private matchAll(chains: readonly PrefixChain[], replicas: readonly ReplicaView[]): PrefixMatch[] {
+    return replicas.map((r) => {
+      const total: PrefixMatch = { replica: r.name, depth: 0, chars: 0, lastUsed: 0 };
+      for (const chain of chains) {
+        const m = this.index.match(chain, r.name);
+        total.depth = Math.max(total.depth, m.depth);
+        total.chars += m.chars;
+        total.lastUsed = Math.max(total.lastUsed, m.lastUsed);
+      }
+      return total;
+    });
+  }
+
+  private available(chains: readonly PrefixChain[], replicas: readonly ReplicaView[]): number {
+    let chars = 0;
+    for (const chain of chains) {
+      let best = 0;
+      for (const r of replicas) best = Math.max(best, this.index.match(chain, r.name).chars);
+      chars += best;
+    }
+    return chars;
+  }
+
+  /**
+   * A raw completions prompt carries no roles, so whether it continues an earlier one shows
+   * only in the index: a replica holds all its full chunks up to where an earlier prompt
+   * ended, and the earlier prompt's last, partial chunk is a prefix of this one's text there.
+   */
+  private extendsServedPrompt(input: RouteInput, matches: readonly PrefixMatch[]): boolean {
+    if (input.shape.endpoint !== "completions" || input.chains.length !== 1) return false;
+    const chain = input.chains[0]!;
+    const prompt = input.shape.sequences[0]!.at(-1)!;
+    const promptStart = chainChars(chain) - prompt.length;
+    for (const m of matches) {
+      if (m.depth === 0) continue;
+      if (m.depth === chain.length) return true; // the same prompt again
+      const tail = this.index.tailAfter(chain, m.depth, m.replica);
+      const offset = chain.ends[m.depth - 1]! - promptStart;
+      if (tail === 0 || offset <= 0 || offset + tail > prompt.length) continue;
+      const link = continuationLink(linkHash(chain, m.depth - 1), prompt, offset, tail, this.hasher);
+      if (this.index.holds(link.lo, link.hi, m.replica)) return true;
+    }
+    return false;
   }
 
   private spill(decision: Decision, replicas: readonly ReplicaView[]): Decision {
@@ -101,5 +273,18 @@ export class Router {
     }
     // Every replica at the threshold: stay with the policy's choice and let the engine queue.
     return target ? { replica: target.name, reason: "spill", usedCounter: decision.usedCounter } : decision;
+  }
+}
+
+function sessionKey(input: RouteInput): string {
+  return `${input.shape.tenant}\u001f${input.shape.model ?? ""}\u001f${input.shape.session}`;
+}
+
+function remember(map: Map<string, string>, key: string, value: string, max: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > max) {
+    const oldest = map.keys().next();
+    if (!oldest.done) map.delete(oldest.value);
   }
 }

@@ -13,13 +13,26 @@ export interface RequestShape {
   endpoint: Endpoint;
   model?: string;
   stream: boolean;
-  /** Isolation key: header x-llmroute-tenant, body prompt_cache_key, body cache_salt. "" if none. */
+  /**
+   * Isolation key: header x-llmroute-tenant, body cache_salt (vLLM only shares KV between
+   * requests with the same salt). "" if none.
+   */
   tenant: string;
-  /** Canonical prompt segments in prompt order (tools, system, then each message / item). */
-  segments: string[];
+  /**
+   * The prompt sequences, each as canonical segments in prompt order (tools, system, then
+   * each message / item). A chat is one sequence; a batch of completion prompts or embedding
+   * inputs is one sequence per prompt, since the engine runs each separately.
+   */
+  sequences: string[][];
   /** Carries an earlier turn: an assistant/tool message, a tool result, or previous_response_id. */
   continuation: boolean;
   previousResponseId?: string;
+  /**
+   * A client's session key — header x-session-id, Anthropic metadata.user_id, OpenAI
+   * prompt_cache_key: a soft hint that requests belong together (a compacted context keeps
+   * its system prompt and tools cached where the session ran), never an isolation key.
+   */
+  session?: string;
 }
 
 const ENDPOINTS: Record<string, Endpoint> = {
@@ -39,12 +52,20 @@ type Obj = { [key: string]: Json };
 
 const SEP = "\u001e";
 
-export function shapeOf(endpoint: Endpoint, body: unknown, tenantHeader?: string | null): RequestShape {
+export interface ShapeHeaders {
+  tenant?: string | null;
+  session?: string | null;
+}
+
+export function shapeOf(endpoint: Endpoint, body: unknown, headers: ShapeHeaders = {}): RequestShape {
   const b: Obj = isObject(body) ? body : {};
-  // Positional, so a header "a" and a prompt_cache_key "a" stay different tenants.
-  const keys = [tenantHeader ?? "", str(b.prompt_cache_key), str(b.cache_salt)];
+  // Positional, so a header "a" and a cache_salt "a" stay different tenants.
+  const keys = [headers.tenant ?? "", str(b.cache_salt)];
   const tenant = keys.some(Boolean) ? keys.join("\u001f") : "";
+  const metadata = isObject(b.metadata) ? b.metadata : {};
+  const session = headers.session || (endpoint === "messages" ? str(metadata.user_id) : "") || str(b.prompt_cache_key) || undefined;
   const segments: string[] = [];
+  let sequences: string[][] | undefined;
   let continuation = false;
   let previousResponseId: string | undefined;
 
@@ -85,10 +106,10 @@ export function shapeOf(endpoint: Endpoint, body: unknown, tenantHeader?: string
       break;
     }
     case "completions":
-      pushPrompts(segments, b.prompt);
+      sequences = prompts(b.prompt, segments);
       break;
     case "embeddings":
-      pushPrompts(segments, b.input);
+      sequences = prompts(b.input, segments);
       break;
     case "other":
       break;
@@ -99,19 +120,21 @@ export function shapeOf(endpoint: Endpoint, body: unknown, tenantHeader?: string
     ...(typeof b.model === "string" ? { model: b.model } : {}),
     stream: b.stream === true,
     tenant,
-    segments,
+    sequences: sequences ?? (segments.length > 0 ? [segments] : []),
     continuation,
     ...(previousResponseId ? { previousResponseId } : {}),
+    ...(session ? { session } : {}),
   };
 }
 
-function pushPrompts(segments: string[], prompt: Json | undefined): void {
-  if (typeof prompt === "string") segments.push(prompt);
-  else if (Array.isArray(prompt)) {
-    // An array of numbers is one tokenised prompt; an array of strings/arrays is a batch.
-    if (prompt.every((p) => typeof p === "number")) segments.push(canonical(prompt));
-    else for (const p of prompt) segments.push(typeof p === "string" ? p : canonical(p));
-  }
+/** A prompt field: one prompt (after a shared `tools` segment, if any), or a batch of them. */
+function prompts(prompt: Json | undefined, lead: readonly string[]): string[][] {
+  const one = (p: string) => [...lead, p];
+  if (typeof prompt === "string") return [one(prompt)];
+  if (!Array.isArray(prompt)) return lead.length > 0 ? [[...lead]] : [];
+  // An array of numbers is one tokenised prompt; an array of strings/arrays is a batch.
+  if (prompt.every((p) => typeof p === "number")) return [one(canonical(prompt))];
+  return prompt.map((p) => one(typeof p === "string" ? p : canonical(p)));
 }
 
 function message(role: string, body: Json | undefined, m: Obj, extra: string[]): string {

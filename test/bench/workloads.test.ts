@@ -15,8 +15,8 @@ import {
   tokensOf,
   type AgentSpec,
 } from "../../src/bench/workloads.ts";
-import { createHasher } from "../../src/route/hash.ts";
-import { prefixChain } from "../../src/route/prefix.ts";
+import { createHasher, hex64 } from "../../src/route/hash.ts";
+import { linkHash, prefixChains, type PrefixChain } from "../../src/route/chain.ts";
 import { shapeOf } from "../../src/route/shape.ts";
 import { renderChat } from "../../src/sim/index.ts";
 
@@ -63,8 +63,8 @@ describe("salting: one arm never measures another's warm cache", () => {
   });
 
   it("every arm's prompt differs in the router's first prefix link", async () => {
-    const hasher = await createHasher();
-    const firstLinks = agentPrompts.map((messages) => prefixChain(shapeOf("chat", chatBody("m", messages, 8), null), hasher, 1024).hashes[0]);
+    const hasher = createHasher();
+    const firstLinks = agentPrompts.map((messages) => firstLink(prefixChains(shapeOf("chat", chatBody("m", messages, 8)), hasher, 1024)));
     expect(new Set(firstLinks).size).toBe(arms.length);
   });
 
@@ -141,9 +141,9 @@ describe("shared", () => {
   });
 
   it("documents differ from their first prefix link (distinct RAG documents, not one system prompt)", async () => {
-    const hasher = await createHasher();
+    const hasher = createHasher();
     const reqs = sharedRequests(s, "salt");
-    const first = new Map(reqs.map((r) => [r.doc, prefixChain(shapeOf("chat", chatBody("m", r.messages, 8), null), hasher, 1024).hashes[0]]));
+    const first = new Map(reqs.map((r) => [r.doc, firstLink(prefixChains(shapeOf("chat", chatBody("m", r.messages, 8)), hasher, 1024))]));
     expect(new Set(first.values()).size).toBe(4);
   });
 
@@ -158,3 +158,7 @@ describe("chatBody", () => {
     expect(chatBody("m", [{ role: "user", content: "hi" }], 8)).toMatchObject({ model: "m", stream: true, stream_options: { include_usage: true }, max_tokens: 8 });
   });
 });
+
+function firstLink(chains: PrefixChain[]): string {
+  return hex64(linkHash(chains[0]!, 0));
+}

@@ -1,40 +1,43 @@
 /** Synthetic requests and a fleet snapshot for the pure routing tests. */
-import { DEFAULT_CACHE_AWARE } from "../../src/route/options.ts";
+import { prefixChains } from "../../src/route/chain.ts";
 import { createHasher } from "../../src/route/hash.ts";
-import type { ReplicaView, RouteInput } from "../../src/route/policy.ts";
+import { DEFAULT_CACHE_AWARE, type PolicyName } from "../../src/route/options.ts";
 import { createPolicy } from "../../src/route/policies/index.ts";
-import { PrefixIndex, prefixChain } from "../../src/route/prefix.ts";
-import { Router } from "../../src/route/router.ts";
+import type { RouteInput } from "../../src/route/policy.ts";
+import { PrefixIndex } from "../../src/route/prefix.ts";
+import { Router, type FleetView, type Routed } from "../../src/route/router.ts";
 import { endpointOf, shapeOf } from "../../src/route/shape.ts";
-import type { PolicyName } from "../../src/route/options.ts";
 
-export const hasher = await createHasher();
+export const hasher = createHasher();
 export const CHUNK = 1024;
 
-export function input(path: string, body: unknown, tenantHeader?: string): RouteInput {
-  const shape = shapeOf(endpointOf(path), body, tenantHeader);
-  return { shape, chain: prefixChain(shape, hasher, CHUNK) };
+export function input(path: string, body: unknown, headers: { tenant?: string; session?: string } = {}): RouteInput {
+  const shape = shapeOf(endpointOf(path), body, headers);
+  return { shape, chains: prefixChains(shape, hasher, CHUNK) };
 }
 
 export type Msg = { role: string; content: unknown; [k: string]: unknown };
-export const chat = (messages: Msg[], extra: Record<string, unknown> = {}) =>
-  input("/v1/chat/completions", { model: "m", messages, ...extra });
+export const chat = (messages: Msg[], extra: Record<string, unknown> = {}, headers: { tenant?: string; session?: string } = {}) =>
+  input("/v1/chat/completions", { model: "m", messages, ...extra }, headers);
 
-export function fleet(n: number, overrides: Partial<ReplicaView>[] = []): ReplicaView[] {
+export function fleet(n: number, overrides: Partial<FleetView>[] = []): FleetView[] {
   return Array.from({ length: n }, (_, i) => ({
     name: `gpu${i}`,
     healthy: true,
     inflight: 0,
     load: 0,
-    cachedChars: 0,
+    queuedTokens: 0,
+    prefillRate: 4_000,
+    charsPerToken: 4,
+    budgetChars: Infinity,
     ...overrides[i],
   }));
 }
 
-export function router(policy: PolicyName, options: { maxInflight?: number; random?: () => number } = {}) {
+export function router(policy: PolicyName, options: { maxInflight?: number; random?: () => number; maxEntries?: number } = {}) {
   return new Router({
     policy: createPolicy(policy),
-    index: new PrefixIndex({ maxEntries: 100_000, ttlMs: 3_600_000 }),
+    index: new PrefixIndex({ maxEntries: options.maxEntries ?? 100_000, ttlMs: 3_600_000, windowMs: 300_000 }),
     hasher,
     maxInflight: options.maxInflight ?? 0,
     cacheAware: DEFAULT_CACHE_AWARE,
@@ -42,18 +45,30 @@ export function router(policy: PolicyName, options: { maxInflight?: number; rand
   });
 }
 
+/** Route and commit like the proxy does. */
+export function send(r: Router, req: RouteInput, replicas: FleetView[], now = 0): Routed | undefined {
+  const decision = r.route(req, replicas, now);
+  if (decision) r.commit(req, decision, now);
+  return decision;
+}
+
 /**
- * Route and commit like the proxy does, keeping the fleet snapshot honest: the chosen
- * replica's cached working set grows as the index says.
+ * Route, commit and leave the request in flight, as a burst does: nothing has reached its
+ * first byte, so the chosen replica's queue grows by the prefill the decision expects.
  */
-export function send(r: Router, req: RouteInput, replicas: ReplicaView[], now = 0) {
-  const decision = r.route(req, replicas);
+export function sendInFlight(r: Router, req: RouteInput, replicas: FleetView[], now = 0): Routed | undefined {
+  const decision = send(r, req, replicas, now);
   if (decision) {
-    r.commit(req, decision, now);
-    for (const rep of replicas) rep.cachedChars = r.index.workingSetChars(rep.name);
+    const rep = replicas.find((x) => x.name === decision.replica)!;
+    rep.inflight++;
+    rep.load++;
+    rep.queuedTokens += decision.estimate.uncachedTokens;
   }
   return decision;
 }
+
+/** The decision without the estimate, for tables of expected choices. */
+export const choice = (d: Routed | undefined) => (d ? { replica: d.replica, reason: d.reason } : undefined);
 
 /** A growing agent conversation: system + user, then assistant/tool turns appended. */
 export function conversation(system: string, firstUser: string) {

@@ -4,7 +4,7 @@
  * one's replica (also with a tiny shared prefix); a replica marked down is avoided.
  */
 import { describe, expect, it } from "bun:test";
-import { chat, conversation, fleet, router, send } from "./_fixtures.ts";
+import { chat, choice, conversation, fleet, router, send } from "./_fixtures.ts";
 
 const batch = (n: number, system = "You are helpful.") =>
   Array.from({ length: n }, (_, i) => chat([{ role: "system", content: system }, { role: "user", content: `question ${i}` }]));
@@ -67,7 +67,7 @@ describe("a batch of single-turn requests", () => {
 
   it("random: uses the injected randomness", () => {
     const r = router("random", { random: () => 0.99 });
-    expect(r.route(batch(1)[0]!, fleet(3))).toEqual({ replica: "gpu2", reason: "random" });
+    expect(choice(r.route(batch(1)[0]!, fleet(3)))).toEqual({ replica: "gpu2", reason: "random" });
   });
 });
 
@@ -108,7 +108,7 @@ describe("a growing conversation stays on turn one's replica", () => {
     const first = send(r, chat(convo.messages), replicas)!;
     expect(first.reason).toBe("spread");
     convo.next(1);
-    expect(send(r, chat(convo.messages), replicas)).toEqual({ replica: first.replica, reason: "pin" });
+    expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: first.replica, reason: "pin" });
   });
 
   it("hybrid: when the owner dies the conversation moves to a live replica and stays there", () => {
@@ -123,7 +123,7 @@ describe("a growing conversation stays on turn one's replica", () => {
     replicas.find((x) => x.name === owner)!.healthy = true;
     for (let t = 1; t < 4; t++) {
       convo.next(t);
-      expect(send(r, chat(convo.messages), replicas)).toEqual({ replica: moved.replica, reason: "pin" });
+      expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: moved.replica, reason: "pin" });
     }
   });
 
@@ -132,8 +132,8 @@ describe("a growing conversation stays on turn one's replica", () => {
     const replicas = fleet(2);
     const convo = conversation("sys", "go");
     convo.next(0);
-    const a = send(r, chat(convo.messages, { prompt_cache_key: "a" }), replicas)!;
-    const b = send(r, chat(convo.messages, { prompt_cache_key: "b" }), replicas)!;
+    const a = send(r, chat(convo.messages, { cache_salt: "a" }), replicas)!;
+    const b = send(r, chat(convo.messages, {}, { tenant: "b" }), replicas)!;
     expect([a.reason, b.reason]).toEqual(["spread", "spread"]);
     expect(a.replica).not.toBe(b.replica);
   });
@@ -168,7 +168,7 @@ describe("cache-aware", () => {
     const owners = docs.map((doc) => send(r, doc, replicas)!.replica);
     expect(owners.filter((o) => o === "gpu0")).toHaveLength(2);
     // each document's later readers follow it while load is even
-    docs.forEach((doc, i) => expect(send(r, doc, replicas)).toEqual({ replica: owners[i]!, reason: "pin" }));
+    docs.forEach((doc, i) => expect(choice(send(r, doc, replicas))).toEqual({ replica: owners[i]!, reason: "pin" }));
   });
 
   it("the imbalance guard overrides a cached match", () => {
@@ -197,7 +197,7 @@ describe("max_inflight spill (all policies)", () => {
       others[1]!.inflight = others[1]!.load = 0;
       // cache-aware's imbalance guard would pick the idlest by itself; keep loads even for it
       if (policy === "cache-aware") others[1]!.load = 1;
-      expect(r.route(chat(convo.messages), replicas)).toEqual({ replica: others[1]!.name, reason: "spill" });
+      expect(choice(r.route(chat(convo.messages), replicas))).toEqual({ replica: others[1]!.name, reason: "spill" });
     },
   );
 
@@ -215,14 +215,15 @@ describe("max_inflight spill (all policies)", () => {
 });
 
 describe("previous_response_id", () => {
-  it("goes to the replica that produced the response, and never spills", () => {
+  it("goes to the replica that produced the response, never spills, and never goes elsewhere", () => {
     const r = router("hybrid", { maxInflight: 1 });
     r.rememberResponse("resp_1", "gpu1");
     const replicas = fleet(2, [{}, { inflight: 5 }]);
     const req = chat([]);
     const follow = { ...req, shape: { ...req.shape, previousResponseId: "resp_1", continuation: true } };
-    expect(r.route(follow, replicas)).toEqual({ replica: "gpu1", reason: "sticky" });
+    expect(choice(r.route(follow, replicas))).toEqual({ replica: "gpu1", reason: "sticky" });
+    // Its state exists only on gpu1: no other replica can answer it.
     replicas[1]!.healthy = false;
-    expect(r.route(follow, replicas)!.replica).toBe("gpu0");
+    expect(r.route(follow, replicas)).toBeUndefined();
   });
 });

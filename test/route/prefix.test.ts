@@ -1,105 +1,166 @@
 import { describe, expect, it } from "bun:test";
-import { PrefixIndex, prefixChain } from "../../src/route/prefix.ts";
+import fc from "fast-check";
+import { chainChars, prefixChain, type PrefixChain } from "../../src/route/chain.ts";
+import { PrefixIndex } from "../../src/route/prefix.ts";
 import { chat, hasher, input } from "./_fixtures.ts";
 
-const index = (maxEntries = 1000, ttlMs = 60_000) => new PrefixIndex({ maxEntries, ttlMs });
+const index = (maxEntries = 1000, ttlMs = 60_000, windowMs = 300_000) => new PrefixIndex({ maxEntries, ttlMs, windowMs });
+const only = (i: ReturnType<typeof chat>) => i.chains[0]!;
 
 describe("prefixChain", () => {
   it("one link per message, and long segments cut every chunk", () => {
-    const req = chat([
-      { role: "system", content: "s" },
-      { role: "user", content: "x".repeat(2500) },
-    ]);
+    const chain = only(chat([{ role: "system", content: "s" }, { role: "user", content: "x".repeat(2500) }]));
     // system: 1 link; user: "user␞" + 2500 chars = 2505 chars → 3 chunks of 1024
-    expect(req.chain.hashes).toHaveLength(4);
-    expect(req.chain.ends.at(-1)).toBe("system\u001es".length + "user\u001e".length + 2500);
+    expect(chain.length).toBe(4);
+    expect(chainChars(chain)).toBe("system\u001es".length + "user\u001e".length + 2500);
   });
 
   it("two requests share exactly the links of their shared messages", () => {
-    const a = chat([{ role: "system", content: "s" }, { role: "user", content: "a" }]);
-    const b = chat([{ role: "system", content: "s" }, { role: "user", content: "b" }]);
-    expect(a.chain.hashes[0]).toBe(b.chain.hashes[0]!);
-    expect(a.chain.hashes[1]).not.toBe(b.chain.hashes[1]!);
+    const a = only(chat([{ role: "system", content: "s" }, { role: "user", content: "a" }]));
+    const b = only(chat([{ role: "system", content: "s" }, { role: "user", content: "b" }]));
+    expect([a.lo[0], a.hi[0]]).toEqual([b.lo[0]!, b.hi[0]!]);
+    expect([a.lo[1], a.hi[1]]).not.toEqual([b.lo[1]!, b.hi[1]!]);
   });
 
   it("a message split across two messages is not the same prompt as one message", () => {
     const shape = { tenant: "", model: "m" };
     const one = prefixChain({ ...shape, segments: ["ab"] }, hasher, 1);
     const two = prefixChain({ ...shape, segments: ["a", "b"] }, hasher, 1);
-    expect(one.hashes.at(-1)).not.toBe(two.hashes.at(-1)!);
+    expect(one.lo.at(-1)).not.toBe(two.lo.at(-1)!);
   });
 
-  it("tenant and model separate identical text", () => {
+  it("tenant (header, cache_salt) and model separate identical text; a session key does not", () => {
     const body = { model: "m", messages: [{ role: "user", content: "q" }] };
+    const first = (i: ReturnType<typeof input>) => only(i).lo[0];
     const plain = input("/v1/chat/completions", body);
-    expect(input("/v1/chat/completions", body, "team-b").chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
-    expect(input("/v1/chat/completions", { ...body, prompt_cache_key: "k" }).chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
-    expect(input("/v1/chat/completions", { ...body, model: "other" }).chain.hashes[0]).not.toBe(plain.chain.hashes[0]!);
+    expect(first(input("/v1/chat/completions", body, { tenant: "team-b" }))).not.toBe(first(plain));
+    expect(first(input("/v1/chat/completions", { ...body, cache_salt: "k" }))).not.toBe(first(plain));
+    expect(first(input("/v1/chat/completions", { ...body, model: "other" }))).not.toBe(first(plain));
+    // The engine shares KV across prompt_cache_key values: so does the identity.
+    expect(first(input("/v1/chat/completions", { ...body, prompt_cache_key: "k" }))).toBe(first(plain));
+    expect(first(input("/v1/chat/completions", body, { session: "s1" }))).toBe(first(plain));
+  });
+
+  it("a batch of prompts gets one chain per prompt, each as if sent alone", () => {
+    const batch = input("/v1/completions", { model: "m", prompt: ["alpha", "beta"] });
+    const alone = input("/v1/completions", { model: "m", prompt: "beta" });
+    expect(batch.chains).toHaveLength(2);
+    expect(batch.chains[1]).toEqual(alone.chains[0]!);
   });
 });
 
 describe("PrefixIndex", () => {
-  const turn1 = chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]);
-  const turn2 = chat([
-    { role: "system", content: "tiny" },
-    { role: "user", content: "hi" },
-    { role: "assistant", content: "hello" },
-    { role: "user", content: "more" },
-  ]);
+  const turn1 = only(chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]));
+  const turn2 = only(
+    chat([
+      { role: "system", content: "tiny" },
+      { role: "user", content: "hi" },
+      { role: "assistant", content: "hello" },
+      { role: "user", content: "more" },
+    ]),
+  );
 
   it("finds the longest prefix a replica holds, even a tiny one", () => {
     const idx = index();
-    idx.record(turn1.chain, "gpu1", 1);
-    expect(idx.match(turn2.chain, "gpu1")).toMatchObject({ depth: 2, chars: turn1.chain.ends[1] });
-    expect(idx.match(turn2.chain, "gpu0")).toMatchObject({ depth: 0, chars: 0 });
+    idx.record(turn1, "gpu1", 1);
+    expect(idx.match(turn2, "gpu1")).toMatchObject({ depth: 2, chars: turn1.ends[1], lastUsed: 1 });
+    expect(idx.match(turn2, "gpu0")).toMatchObject({ depth: 0, chars: 0 });
   });
 
   it("counts a shared prefix once in a replica's working set", () => {
     const idx = index();
-    const a = chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "a" }]);
-    const b = chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "b" }]);
-    idx.record(a.chain, "gpu0", 1);
-    idx.record(b.chain, "gpu0", 2);
-    const tail = "user\u001ea".length;
-    expect(idx.workingSetChars("gpu0")).toBe(a.chain.ends.at(-1)! + tail);
+    const a = only(chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "a" }]));
+    const b = only(chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "b" }]));
+    idx.record(a, "gpu0", 1);
+    idx.record(b, "gpu0", 2);
+    expect(idx.workingSetChars("gpu0")).toBe(chainChars(a) + "user\u001ea".length);
   });
 
   it("evicts idle entries after the TTL and keeps recently used ones", () => {
     const idx = index(1000, 100);
-    idx.record(turn1.chain, "gpu0", 0);
-    idx.record(turn2.chain, "gpu1", 50);
-    expect(idx.evict(120)).toBe(turn1.chain.hashes.length);
-    expect(idx.match(turn1.chain, "gpu0").depth).toBe(0);
-    expect(idx.match(turn2.chain, "gpu1").depth).toBe(4);
+    idx.record(turn1, "gpu0", 0);
+    idx.record(turn2, "gpu1", 50);
+    expect(idx.evict(120)).toBe(turn1.length);
+    expect(idx.match(turn1, "gpu0").depth).toBe(0);
+    expect(idx.match(turn2, "gpu1").depth).toBe(4);
     expect(idx.workingSetChars("gpu0")).toBe(0);
   });
 
   it("is bounded: the least recently used links go first, deepest before their parents", () => {
     const idx = index(4);
-    idx.record(turn2.chain, "gpu0", 1); // 4 links
-    idx.record(turn1.chain, "gpu1", 2); // 2 more → the 2 oldest of gpu0 (its deepest) go
+    idx.record(turn2, "gpu0", 1); // 4 links
+    idx.record(turn1, "gpu1", 2); // 2 more → the 2 oldest of gpu0 (its deepest) go
     expect(idx.size).toBe(4);
-    expect(idx.match(turn2.chain, "gpu0").depth).toBe(2);
-    expect(idx.match(turn1.chain, "gpu1").depth).toBe(2);
+    expect(idx.match(turn2, "gpu0").depth).toBe(2);
+    expect(idx.match(turn1, "gpu1").depth).toBe(2);
+  });
+
+  it("a card's budget bounds what it is believed to hold: its own least recently used go first", () => {
+    const idx = index();
+    const doc = (d: string) => only(chat([{ role: "user", content: d.repeat(3000) }]));
+    idx.setBudget("gpu0", 7000);
+    idx.record(doc("A"), "gpu0", 1);
+    idx.record(doc("B"), "gpu0", 2);
+    idx.record(doc("C"), "gpu1", 3); // another card's entries are not touched
+    expect(idx.match(doc("A"), "gpu0").depth).toBe(doc("A").length);
+    idx.record(doc("D"), "gpu0", 4); // A was used least recently on gpu0
+    expect(idx.match(doc("A"), "gpu0").depth).toBe(0);
+    expect(idx.match(doc("B"), "gpu0").depth).toBe(doc("B").length);
+    expect(idx.match(doc("C"), "gpu1").depth).toBe(doc("C").length);
+    expect(idx.workingSetChars("gpu0")).toBeLessThanOrEqual(7000);
+  });
+
+  it("forgetUsedBy drops a replica's entries used at or before a time (the engine evicted them)", () => {
+    const idx = index();
+    idx.record(turn1, "gpu0", 10);
+    const other = only(chat([{ role: "user", content: "other" }]));
+    idx.record(other, "gpu0", 20);
+    idx.record(turn1, "gpu1", 5);
+    expect(idx.forgetUsedBy("gpu0", 10)).toBe(turn1.length);
+    expect(idx.match(turn1, "gpu0").depth).toBe(0);
+    expect(idx.match(other, "gpu0").depth).toBe(1);
+    expect(idx.match(turn1, "gpu1").depth).toBe(2);
   });
 
   it("forget drops a replica's entries and working set", () => {
     const idx = index();
-    idx.record(turn2.chain, "gpu0", 1);
+    idx.record(turn2, "gpu0", 1);
     idx.forget("gpu0");
     expect(idx.size).toBe(0);
     expect(idx.workingSetChars("gpu0")).toBe(0);
   });
 
-  it("save/restore round-trips, skipping replicas that left", () => {
+  it("snapshot/restore round-trips, skipping replicas that left", () => {
     const idx = index();
-    idx.record(turn2.chain, "gpu0", 1);
-    idx.record(turn1.chain, "gpu1", 2);
+    idx.record(turn2, "gpu0", 1);
+    idx.record(turn1, "gpu1", 2);
     const copy = index();
-    expect(copy.restore(idx.save(), (r) => r === "gpu0")).toBe(4);
-    expect(copy.match(turn2.chain, "gpu0").depth).toBe(4);
-    expect(copy.match(turn1.chain, "gpu1").depth).toBe(0);
-    expect(copy.workingSetChars("gpu0")).toBe(idx.workingSetChars("gpu0"));
+    expect(copy.restore(idx.snapshot(), (r) => r === "gpu0")).toEqual({ restored: 4, skipped: 2 });
+    expect(copy.match(turn2, "gpu0")).toEqual(idx.match(turn2, "gpu0"));
+    expect(copy.match(turn1, "gpu1").depth).toBe(0);
+    expect(copy.replicaStats("gpu0")).toEqual(idx.replicaStats("gpu0"));
+  });
+
+  it("restore skips malformed records with their descendants, and rejects what is not a snapshot", () => {
+    const idx = index();
+    idx.record(turn2, "gpu0", 1);
+    const bytes = idx.snapshot();
+    // The records follow the header (16 bytes + "gpu0" with its length): corrupt the second
+    // oldest (link 3 of 4, whose child is link 4) — a NaN last-use time.
+    const first = 16 + 2 + 4;
+    new DataView(bytes.buffer).setFloat64(first + 32 + 20, Number.NaN, true);
+    const copy = index();
+    expect(copy.restore(bytes, () => true)).toEqual({ restored: 2, skipped: 2 });
+    expect(copy.match(turn2, "gpu0").depth).toBe(2);
+    expect(() => index().restore(new TextEncoder().encode("{}"), () => true)).toThrow(/not an llmroute index snapshot/);
+  });
+
+  it("remembers the length of the tail chunk after a link (completions continuation)", () => {
+    const idx = index();
+    const prompt = "p".repeat(2500);
+    const chain = only(input("/v1/completions", { model: "m", prompt }));
+    idx.record(chain, "gpu0", 1);
+    expect(idx.tailAfter(chain, 2, "gpu0")).toBe(2500 - 2048);
   });
 });
 
@@ -107,67 +168,207 @@ describe("PrefixIndex bookkeeping", () => {
   const convo = (n: number, user = "go") => {
     const messages = [{ role: "system", content: "S" }, { role: "user", content: user }];
     for (let i = 0; i < n; i++) messages.push({ role: "assistant", content: `a${i}` }, { role: "user", content: `u${i}` });
-    return chat(messages);
+    return only(chat(messages));
   };
 
   it("a conversation is one tip however many turns it has; a shared system prompt is counted once", () => {
     const idx = index();
-    for (let t = 0; t < 4; t++) idx.record(convo(t).chain, "gpu0", t);
+    for (let t = 0; t < 4; t++) idx.record(convo(t), "gpu0", t);
     expect(idx.replicaStats("gpu0").tips).toBe(1);
-    idx.record(convo(0, "another").chain, "gpu0", 9);
-    expect(idx.replicaStats("gpu0")).toMatchObject({ tips: 2, entries: convo(3).chain.hashes.length + 1 });
+    idx.record(convo(0, "another"), "gpu0", 9);
+    expect(idx.replicaStats("gpu0")).toMatchObject({ tips: 2, entries: convo(3).length + 1 });
   });
 
   it("eviction keeps tips and working set exact", () => {
     const idx = index(1000, 10);
-    idx.record(convo(2).chain, "gpu0", 0);
-    idx.record(convo(0, "late").chain, "gpu0", 100);
+    idx.record(convo(2), "gpu0", 0);
+    idx.record(convo(0, "late"), "gpu0", 100);
     idx.evict(105);
-    const late = convo(0, "late").chain;
-    expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: late.ends.at(-1)! });
+    const late = convo(0, "late");
+    expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: chainChars(late) });
   });
 
   it("the active working set counts recent conversations and reused prefixes, not one-shots' own text", () => {
-    const idx = index();
+    const idx = index(1000, 60_000, 10);
     const system = "S".repeat(3000);
-    const oneShot = (i: number) => chat([{ role: "system", content: system }, { role: "user", content: `distinct task ${i}` }]);
-    for (let i = 0; i < 5; i++) idx.record(oneShot(i).chain, "gpu0", 10, false);
+    const oneShot = (i: number) => only(chat([{ role: "system", content: system }, { role: "user", content: `distinct task ${i}` }]));
+    for (let i = 0; i < 5; i++) idx.record(oneShot(i), "gpu0", 10, false);
     // the shared system prompt was reused (counted once); the five tasks were not
     const systemChars = "system\u001e".length + system.length;
-    expect(idx.activeWorkingSet(0).perReplica.get("gpu0")).toBe(systemChars);
+    expect(idx.activeWorkingSet(10).perReplica.get("gpu0")).toBe(systemChars);
 
     // a conversation: turn 1 is a one-shot, turn 2 continues it — both turns count
     const t1 = convo(0, "talk");
     const t2 = convo(1, "talk");
-    idx.record(t1.chain, "gpu1", 20, false);
-    expect(idx.activeWorkingSet(0).perReplica.get("gpu1")).toBeUndefined();
-    idx.record(t2.chain, "gpu1", 30, true);
-    expect(idx.activeWorkingSet(0).perReplica.get("gpu1")).toBe(t2.chain.ends.at(-1)!);
-    // and only recently used links
-    expect(idx.activeWorkingSet(25).perReplica.get("gpu0")).toBeUndefined();
-    expect(idx.activeWorkingSet(25).perReplica.get("gpu1")).toBe(t2.chain.ends.at(-1)!);
+    idx.record(t1, "gpu1", 20, false);
+    expect(idx.activeWorkingSet(20).perReplica.get("gpu1")).toBeUndefined();
+    idx.record(t2, "gpu1", 30, true);
+    expect(idx.activeWorkingSet(30).perReplica.get("gpu1")).toBe(chainChars(t2));
+    // and only recently used links (the window is 10 ms: at 35, gpu0's use at 10 has left it)
+    expect(idx.activeWorkingSet(35).perReplica.get("gpu0")).toBeUndefined();
+    expect(idx.activeWorkingSet(35).perReplica.get("gpu1")).toBe(chainChars(t2));
+    expect(idx.recentChars("gpu1")).toBe(chainChars(t2));
   });
 
   it("the fleet's active working set counts a prefix held on several replicas once", () => {
     const idx = index();
-    const doc = (q: string) => chat([{ role: "user", content: `${"D".repeat(4000)}` }, { role: "assistant", content: "ok" }, { role: "user", content: q }]);
-    idx.record(doc("a").chain, "gpu0", 1, true);
-    idx.record(doc("b").chain, "gpu1", 2, true);
-    const { perReplica, fleet } = idx.activeWorkingSet(0);
-    const shared = doc("a").chain.ends.at(-2)!;
-    const tail = doc("a").chain.ends.at(-1)! - shared;
+    const doc = (q: string) => only(chat([{ role: "user", content: "D".repeat(4000) }, { role: "assistant", content: "ok" }, { role: "user", content: q }]));
+    idx.record(doc("a"), "gpu0", 1, true);
+    idx.record(doc("b"), "gpu1", 2, true);
+    const { perReplica, fleet } = idx.activeWorkingSet(2);
+    const shared = doc("a").ends.at(-2)!;
+    const tail = chainChars(doc("a")) - shared;
     expect(perReplica.get("gpu0")).toBe(shared + tail);
     expect(perReplica.get("gpu1")).toBe(shared + tail);
     expect(fleet).toBe(shared + 2 * tail);
   });
 
-  it("restore rebuilds tips from the saved parents", () => {
+  it("restore rebuilds tips and the active working set", () => {
     const idx = index();
-    for (let t = 0; t < 3; t++) idx.record(convo(t).chain, "gpu0", t, t > 0);
-    idx.record(convo(0, "b").chain, "gpu0", 5);
+    for (let t = 0; t < 3; t++) idx.record(convo(t), "gpu0", t, t > 0);
+    idx.record(convo(0, "b"), "gpu0", 5);
     const copy = index();
-    copy.restore(idx.save(), () => true);
+    copy.restore(idx.snapshot(), () => true);
     expect(copy.replicaStats("gpu0")).toEqual(idx.replicaStats("gpu0"));
-    expect(copy.activeWorkingSet(0)).toEqual(idx.activeWorkingSet(0));
+    expect(copy.activeWorkingSet(5)).toEqual(idx.activeWorkingSet(5));
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+// Property: under any sequence of operations the index keeps its invariants. The reference
+// is the index's own snapshot (every entry it holds), checked by brute force.
+
+interface Entry {
+  key: string;
+  replica: string;
+  delta: number;
+  last: number;
+  parent: number;
+  flags: number;
+}
+
+function entries(idx: PrefixIndex): Entry[] {
+  const bytes = idx.snapshot();
+  const view = new DataView(bytes.buffer);
+  const count = view.getUint32(8, true);
+  const names: string[] = [];
+  let at = 16;
+  for (let i = 0; i < view.getUint32(12, true); i++) {
+    const len = view.getUint16(at, true);
+    names.push(new TextDecoder().decode(bytes.subarray(at + 2, at + 2 + len)));
+    at += 2 + len;
+  }
+  return Array.from({ length: count }, (_, i) => {
+    const o = at + i * 32;
+    return {
+      key: `${view.getUint32(o, true)}:${view.getUint32(o + 4, true)}`,
+      replica: names[view.getUint16(o + 8, true)]!,
+      flags: view.getUint8(o + 10),
+      delta: view.getUint32(o + 12, true),
+      last: view.getFloat64(o + 20, true),
+      parent: view.getInt32(o + 28, true),
+    };
+  });
+}
+
+function checkInvariants(idx: PrefixIndex, chains: PrefixChain[], replicas: string[], now: number, windowMs: number, maxEntries: number, budgets: Map<string, number>) {
+  const all = entries(idx);
+  expect(idx.size).toBe(all.length);
+  expect(all.length).toBeLessThanOrEqual(maxEntries);
+  const { perReplica, fleet } = idx.activeWorkingSet(now);
+  const fleetSeen = new Map<string, number>();
+  for (const r of replicas) {
+    const mine = all.map((e, i) => ({ e, i })).filter(({ e }) => e.replica === r);
+    const childCount = new Map<number, number>();
+    for (const { e } of mine) if (e.parent >= 0) childCount.set(e.parent, (childCount.get(e.parent) ?? 0) + 1);
+    const chars = mine.reduce((s, { e }) => s + e.delta, 0);
+    const tips = mine.filter(({ i }) => !childCount.has(i)).length;
+    expect(idx.replicaStats(r)).toEqual({ chars, entries: mine.length, tips });
+    expect(chars).toBeLessThanOrEqual(budgets.get(r) ?? Infinity);
+    // LRU order: oldest first, parents newer than (after) their children
+    for (let k = 1; k < mine.length; k++) expect(mine[k]!.e.last).toBeGreaterThanOrEqual(mine[k - 1]!.e.last);
+    for (const { e, i } of mine) if (e.parent >= 0) expect(e.parent).toBeGreaterThan(i);
+    // the active working set, recomputed
+    const active = mine.filter(({ e }) => e.last >= now - windowMs && e.flags !== 0);
+    expect(perReplica.get(r) ?? 0).toBe(active.reduce((s, { e }) => s + e.delta, 0));
+    expect(idx.recentChars(r)).toBe(mine.filter(({ e }) => e.last >= now - windowMs).reduce((s, { e }) => s + e.delta, 0));
+    for (const { e } of active) fleetSeen.set(e.key, e.delta);
+    // match equals a linear scan, and what is held is prefix-closed
+    for (const chain of chains) {
+      let depth = 0;
+      while (depth < chain.length && idx.holds(chain.lo[depth]!, chain.hi[depth]!, r)) depth++;
+      const m = idx.match(chain, r);
+      expect(m.depth).toBe(depth);
+      for (let k = depth; k < chain.length; k++) expect(idx.holds(chain.lo[k]!, chain.hi[k]!, r)).toBe(false);
+    }
+  }
+  expect(fleet).toBe([...fleetSeen.values()].reduce((s, d) => s + d, 0));
+}
+
+describe("property: the index keeps its invariants", () => {
+  const replicas = ["gpu0", "gpu1", "gpu2"];
+  // A small universe of chains that share prefixes: conversations growing over shared systems.
+  const chains = Array.from({ length: 12 }, (_, i) => {
+    const messages = [{ role: "system", content: `system ${i % 3} `.repeat(40 * (1 + (i % 2))) }, { role: "user", content: `task ${i % 5}` }];
+    for (let t = 0; t < i % 4; t++) messages.push({ role: "assistant", content: `a${t}` }, { role: "user", content: `u${t}`.repeat(100) });
+    return only(chat(messages));
+  });
+
+  const op = fc.oneof(
+    fc.record({ kind: fc.constant("record" as const), chain: fc.nat(chains.length - 1), replica: fc.nat(2), dt: fc.nat(30), continued: fc.boolean() }),
+    fc.record({ kind: fc.constant("evict" as const), dt: fc.nat(200) }),
+    fc.record({ kind: fc.constant("forget" as const), replica: fc.nat(2) }),
+    fc.record({ kind: fc.constant("forgetUsedBy" as const), replica: fc.nat(2), back: fc.nat(100) }),
+    fc.record({ kind: fc.constant("budget" as const), replica: fc.nat(2), chars: fc.option(fc.integer({ min: 200, max: 5000 }), { nil: undefined }) }),
+    fc.record({ kind: fc.constant("shrink" as const), maxEntries: fc.integer({ min: 5, max: 60 }) }),
+    fc.record({ kind: fc.constant("restore" as const) }),
+  );
+
+  it("per-replica chars, entries, tips, order, budgets, the active working set, and match = a linear scan", () => {
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 1, maxLength: 40 }), (ops) => {
+        const windowMs = 50;
+        let maxEntries = 60;
+        let idx = new PrefixIndex({ maxEntries, ttlMs: 150, windowMs });
+        const budgets = new Map<string, number>();
+        let now = 1000;
+        for (const o of ops) {
+          switch (o.kind) {
+            case "record":
+              now += o.dt;
+              idx.record(chains[o.chain]!, replicas[o.replica]!, now, o.continued);
+              break;
+            case "evict":
+              now += o.dt;
+              idx.evict(now);
+              break;
+            case "forget":
+              idx.forget(replicas[o.replica]!);
+              break;
+            case "forgetUsedBy":
+              idx.forgetUsedBy(replicas[o.replica]!, now - o.back);
+              break;
+            case "budget":
+              idx.setBudget(replicas[o.replica]!, o.chars);
+              if (o.chars === undefined) budgets.delete(replicas[o.replica]!);
+              else budgets.set(replicas[o.replica]!, o.chars);
+              break;
+            case "shrink":
+              maxEntries = o.maxEntries;
+              idx.configure({ maxEntries, ttlMs: 150, windowMs });
+              break;
+            case "restore": {
+              const copy = new PrefixIndex({ maxEntries, ttlMs: 150, windowMs });
+              for (const [r, chars] of budgets) copy.setBudget(r, chars);
+              expect(copy.restore(idx.snapshot(), () => true)).toEqual({ restored: idx.size, skipped: 0 });
+              idx = copy;
+              break;
+            }
+          }
+          checkInvariants(idx, chains, replicas, now, windowMs, maxEntries, budgets);
+        }
+      }),
+      { numRuns: 150 },
+    );
   });
 });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "bun:test";
 import { endpointOf, shapeOf } from "../../src/route/shape.ts";
 
-const chatShape = (body: unknown, header?: string) => shapeOf("chat", body, header);
+const chatShape = (body: unknown, tenant?: string) => shapeOf("chat", body, { tenant });
+const segments = (s: ReturnType<typeof shapeOf>) => s.sequences[0] ?? [];
 
 describe("continuation: carries an earlier turn, not merely several messages", () => {
   it.each([
@@ -38,7 +39,7 @@ describe("continuation: carries an earlier turn, not merely several messages", (
     ).toBe(true);
   });
 
-  it("completions and embeddings are never continuations", () => {
+  it("completions and embeddings are not continuations by shape (the router asks its index: see router.test.ts)", () => {
     expect(shapeOf("completions", { model: "m", prompt: "User: hi\nAssistant: hello\nUser:" }).continuation).toBe(false);
     expect(shapeOf("embeddings", { model: "m", input: ["a", "b"] }).continuation).toBe(false);
   });
@@ -47,14 +48,14 @@ describe("continuation: carries an earlier turn, not merely several messages", (
 describe("segments", () => {
   it("anthropic's top-level system comes first, then the messages", () => {
     const s = shapeOf("messages", { model: "m", system: [{ type: "text", text: "SYS" }], messages: [{ role: "user", content: "U" }] });
-    expect(s.segments[0]).toContain("SYS");
-    expect(s.segments[1]).toContain("U");
+    expect(segments(s)[0]).toContain("SYS");
+    expect(segments(s)[1]).toContain("U");
   });
 
   it("a text-only content array has the identity of the same plain string", () => {
     const a = chatShape({ model: "m", messages: [{ role: "user", content: "hello world" }] });
     const b = chatShape({ model: "m", messages: [{ role: "user", content: [{ type: "text", text: "hello " }, { type: "text", text: "world" }] }] });
-    expect(a.segments).toEqual(b.segments);
+    expect(a.sequences).toEqual(b.sequences);
   });
 
   it("tool calls are part of the message; their key order is not", () => {
@@ -65,26 +66,38 @@ describe("segments", () => {
     const a = chatShape(call({ name: "f", arguments: "{}" }));
     const b = chatShape(call({ arguments: "{}", name: "f" }));
     const c = chatShape(call({ name: "g", arguments: "{}" }));
-    expect(a.segments).toEqual(b.segments);
-    expect(a.segments).not.toEqual(c.segments);
+    expect(a.sequences).toEqual(b.sequences);
+    expect(a.sequences).not.toEqual(c.sequences);
   });
 
-  it("completions: a prompt string is one segment; a batch is one segment per prompt", () => {
-    expect(shapeOf("completions", { prompt: "abc" }).segments).toEqual(["abc"]);
-    expect(shapeOf("completions", { prompt: ["a", "b"] }).segments).toEqual(["a", "b"]);
-    expect(shapeOf("completions", { prompt: [1, 2, 3] }).segments).toEqual(["[1,2,3]"]);
+  it("completions: a prompt string is one sequence; a batch is one sequence per prompt", () => {
+    expect(shapeOf("completions", { prompt: "abc" }).sequences).toEqual([["abc"]]);
+    expect(shapeOf("completions", { prompt: ["a", "b"] }).sequences).toEqual([["a"], ["b"]]);
+    expect(shapeOf("completions", { prompt: [1, 2, 3] }).sequences).toEqual([["[1,2,3]"]]);
+    expect(shapeOf("completions", { prompt: [[1, 2], [3]] }).sequences).toEqual([["[1,2]"], ["[3]"]]);
+    expect(shapeOf("embeddings", { input: ["x", "y", "z"] }).sequences).toHaveLength(3);
   });
 });
 
-describe("tenant", () => {
+describe("tenant (isolation) and session (a soft hint)", () => {
   it.each([
-    [{ prompt_cache_key: "acme" }, undefined, true],
     [{ cache_salt: "s1" }, undefined, true],
     [{}, "team-a", true],
+    [{ prompt_cache_key: "acme" }, undefined, false],
     [{}, undefined, false],
   ])("body %p, header %p → tenant set: %p", (extra, header, set) => {
     const s = chatShape({ model: "m", messages: [{ role: "user", content: "q" }], ...extra }, header);
     expect(s.tenant !== "").toBe(set);
+  });
+
+  it.each([
+    ["chat", { prompt_cache_key: "pk" }, undefined, "pk"],
+    ["chat", { prompt_cache_key: "pk" }, "hdr", "hdr"],
+    ["messages", { metadata: { user_id: "u-1" } }, undefined, "u-1"],
+    ["chat", { metadata: { user_id: "u-1" } }, undefined, undefined],
+    ["chat", {}, undefined, undefined],
+  ] as const)("%s body %p, x-session-id %p → session %p", (endpoint, extra, header, session) => {
+    expect(shapeOf(endpoint, { model: "m", messages: [{ role: "user", content: "q" }], ...extra }, { session: header }).session).toBe(session);
   });
 });
 
@@ -100,7 +113,7 @@ describe("endpointOf", () => {
 });
 
 it("model, stream and garbage bodies", () => {
-  expect(chatShape({ model: "x", stream: true, messages: [] })).toMatchObject({ model: "x", stream: true, segments: [] });
-  expect(chatShape("not an object")).toMatchObject({ stream: false, segments: [], continuation: false });
-  expect(chatShape({ messages: [null, 3, { role: "user", content: "ok" }] }).segments).toHaveLength(1);
+  expect(chatShape({ model: "x", stream: true, messages: [] })).toMatchObject({ model: "x", stream: true, sequences: [] });
+  expect(chatShape("not an object")).toMatchObject({ stream: false, sequences: [], continuation: false });
+  expect(segments(chatShape({ messages: [null, 3, { role: "user", content: "ok" }] }))).toHaveLength(1);
 });

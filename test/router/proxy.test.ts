@@ -100,10 +100,11 @@ describe("routing through the router", () => {
       { role: "assistant", content: "ok" },
       { role: "user", content: "go on" },
     ];
-    const a = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1, prompt_cache_key: "team-a" }).withResponse();
-    const b = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1, prompt_cache_key: "team-b" }).withResponse();
+    const as = (tenant: string) => ({ headers: { "x-llmroute-tenant": tenant } });
+    const a = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }, as("team-a")).withResponse();
+    const b = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }, as("team-b")).withResponse();
     expect([headersOf(a.response).route, headersOf(b.response).route]).toEqual(["spread", "spread"]);
-    const again = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1, prompt_cache_key: "team-a" }).withResponse();
+    const again = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 }, as("team-a")).withResponse();
     expect(headersOf(again.response)).toEqual({ replica: headersOf(a.response).replica, route: "pin" });
   });
 

@@ -5,6 +5,8 @@
  * Maximises cache hits, and pays for it on bursts that share a first segment (a system
  * prompt): they all land on one card (seed: 30.1 s pinned vs 18.6 s spread).
  */
+import { linkHash } from "../chain.ts";
+import { hex64 } from "../hash.ts";
 import { bestMatch, live, type Policy } from "../policy.ts";
 
 export function createAffinity(): Policy {
@@ -15,7 +17,8 @@ export function createAffinity(): Policy {
       if (owner) return { replica: owner.replica.name, reason: "pin" };
       const up = live(replicas);
       if (up.length === 0) return undefined;
-      const key = input.chain.hashes[0] ?? `${input.shape.tenant}\u001f${input.shape.model ?? ""}`;
+      const first = input.chains[0];
+      const key = first && first.length > 0 ? hex64(linkHash(first, 0)) : `${input.shape.tenant}\u001f${input.shape.model ?? ""}`;
       let winner = up[0]!;
       let top = "";
       for (const r of up) {

@@ -14,7 +14,7 @@ import { bestMatch, leastLoaded, live, type Policy } from "../policy.ts";
 export function createCacheAware(): Policy {
   return {
     name: "cache-aware",
-    choose(input, replicas, ctx) {
+    choose(_input, replicas, ctx) {
       const up = live(replicas);
       if (up.length === 0) return undefined;
       const { min_match_ratio, balance_abs, balance_rel } = ctx.cacheAware;
@@ -24,7 +24,7 @@ export function createCacheAware(): Policy {
       const min = Math.min(...loads);
       if (max - min >= balance_abs && max > balance_rel * min) return leastLoaded(up, ctx);
 
-      const total = input.chain.ends.at(-1) ?? 0;
+      const total = ctx.totalChars;
       const owner = bestMatch(up, ctx, true);
       if (owner && total > 0 && owner.match.chars / total >= min_match_ratio) {
         return { replica: owner.replica.name, reason: "pin" };

@@ -12,8 +12,8 @@ import { bestMatch, spread, type Policy } from "../policy.ts";
 export function createHybridPlain(): Policy {
   return {
     name: "hybrid-plain",
-    choose(input, replicas, ctx) {
-      if (input.shape.continuation) {
+    choose(_input, replicas, ctx) {
+      if (ctx.continuation) {
         const owner = bestMatch(replicas, ctx);
         if (owner) return { replica: owner.replica.name, reason: "pin" };
       }

@@ -1,22 +1,89 @@
 /**
- * hybrid (default) — route by request shape. A continuation (it carries an earlier turn)
- * goes to the owner of its longest known prefix: that replica holds the conversation's KV.
- * Anything else — a one-shot, a batch member, a parallel subagent — is spread with the
- * counter, so a cold burst uses every card. Seed: 19.97 s bursts and 1,095 ms warm turns,
- * the best of both pinned and round-robin. An unknown continuation is spread and then
- * remembered, so its next turn is pinned.
+ * hybrid (default) — route by request shape; decide the cases in between by estimated time
+ * to first token.
+ *
+ * The rule at heart is the seed's: a continuation goes to the replica holding its
+ * conversation (pin); a cold one-shot is spread by the counter (spread), so a burst uses
+ * every card. In between: a one-shot whose long prefix — a shared document, a long system
+ * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
+ * goes there (cache); a request whose session key was served
+ * somewhere and that nothing else claims goes to its session's replica (session). A cold
+ * one-shot is spread over the cards with room for it in their KV when some have none
+ * (the card whose recent prefixes plus this prompt overflow its budget least, when none do).
+ *
+ * Then every live replica is priced: estimated TTFT = (prefill tokens already queued there
+ * + this request's tokens not cached there) ÷ that replica's measured prefill rate. The
+ * rule's pick stands unless another replica is faster by more than `margin` of its estimate
+ * and by `min_gain_tokens` of prefill (cost): a hot card is relieved, a conversation leaves
+ * its owner only when the owner's queue costs more than re-prefilling it elsewhere, and a
+ * burst spreads even when it shares a prefix.
+ *
+ * What it learns from: Dynamo prices prefill load against overlap credit but has no notion
+ * of a conversation or of a card's KV room; SGLang's gateway follows a match above a ratio,
+ * else the smallest tree, with a load-count imbalance guard that ignores what the load
+ * costs; llm-d spreads cold requests by a no-hit LRU. Here the guard is in seconds of
+ * prefill, the cold spread is the seed's counter, and KV room decides cold placements only
+ * when a card is actually full.
  */
-import { bestMatch, spread, type Policy } from "../policy.ts";
+import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
+import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
 
-export function createHybrid(): Policy {
+export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
+  const o: HybridOptions = { ...DEFAULT_HYBRID, ...options };
   return {
     name: "hybrid",
-    choose(input, replicas, ctx) {
-      if (input.shape.continuation) {
-        const owner = bestMatch(replicas, ctx);
-        if (owner) return { replica: owner.replica.name, reason: "pin" };
+    choose(_input, replicas, ctx) {
+      const up = live(replicas);
+      if (up.length === 0) return undefined;
+      const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
+      const estimate = (r: ReplicaView) => (r.queuedTokens + Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0)) / r.charsPerToken) / r.prefillRate;
+
+      const pick = rulePick(up, ctx, o, estimate);
+      const picked = up.find((r) => r.name === pick.replica)!;
+      const pickCost = estimate(picked);
+
+      let best = picked;
+      let bestCost = pickCost;
+      for (const r of up) {
+        const cost = estimate(r);
+        if (cost < bestCost) {
+          best = r;
+          bestCost = cost;
+        }
       }
-      return spread(replicas, ctx);
+      const gain = pickCost - bestCost;
+      if (best !== picked && gain > o.margin * pickCost && gain * picked.prefillRate >= o.min_gain_tokens) {
+        return { replica: best.name, reason: "cost", ...(pick.usedCounter ? { usedCounter: true } : {}) };
+      }
+      return pick;
     },
   };
+}
+
+function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estimate: (r: ReplicaView) => number): Decision {
+  const owner = bestMatch(up, ctx);
+  if (owner && ctx.continuation) return { replica: owner.replica.name, reason: "pin" };
+  const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
+  if (owner && long) {
+    // Held on several cards (a document served twice): the one that answers first.
+    let choice = owner.replica;
+    for (const m of ctx.matches()) {
+      const r = up.find((x) => x.name === m.replica);
+      if (r && r !== choice && m.chars >= owner.match.chars && estimate(r) < estimate(choice)) choice = r;
+    }
+    return { replica: choice.name, reason: "cache" };
+  }
+  const session = ctx.sessionReplica && up.find((r) => r.name === ctx.sessionReplica);
+  if (session) return { replica: session.name, reason: "session" };
+  return coldSpread(up, ctx);
+}
+
+/** The counter over the cards with KV room for this prompt; the least overflowing when none has room. */
+function coldSpread(up: ReplicaView[], ctx: PolicyContext): Decision {
+  const after = (r: ReplicaView) => (r.recentChars + ctx.totalChars) / r.budgetChars;
+  const roomy = up.filter((r) => after(r) <= 1);
+  if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
+  let least = up[0]!;
+  for (const r of up) if (after(r) < after(least)) least = r;
+  return { replica: least.name, reason: "spread" };
 }

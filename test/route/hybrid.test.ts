@@ -1,0 +1,128 @@
+/**
+ * The default policy's rule and cost model: the seed's rule at heart (continuations pin,
+ * cold one-shots spread), a long held prefix pulls a one-shot, a session key is a soft hint,
+ * and every pick is priced in estimated time to first token.
+ */
+import { describe, expect, it } from "bun:test";
+import fc from "fast-check";
+import { chat, choice, conversation, fleet, router, send, sendInFlight } from "./_fixtures.ts";
+
+const TOKEN = 4; // characters per token in the fixture fleet
+const words = (tokens: number, label: string) => `${label} `.padEnd(tokens * TOKEN, "x");
+const doc = (d: number, question: string) =>
+  chat([
+    { role: "system", content: words(8_000, `document ${d}`) },
+    { role: "user", content: question },
+  ]);
+
+describe("hybrid: the seed's rule at heart", () => {
+  it("an idle fleet with nothing cached spreads one-shots by the counter", () => {
+    const r = router("hybrid");
+    const replicas = fleet(3);
+    const picks = Array.from({ length: 9 }, (_, i) => send(r, chat([{ role: "user", content: words(2_000, `task ${i}`) }]), replicas)!);
+    expect(picks.map((d) => d.replica)).toEqual(["gpu0", "gpu1", "gpu2", "gpu0", "gpu1", "gpu2", "gpu0", "gpu1", "gpu2"]);
+    expect(picks.every((d) => d.reason === "spread")).toBe(true);
+  });
+
+  it("a burst sharing a long system prompt still uses every card about evenly (the queue prices it)", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const system = words(2_000, "shared subagent prompt");
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 16; i++) {
+      const d = sendInFlight(r, chat([{ role: "system", content: system }, { role: "user", content: words(2_841, `task ${i}`) }]), replicas)!;
+      counts.set(d.replica, (counts.get(d.replica) ?? 0) + 1);
+    }
+    expect(counts.get("gpu0")).toBe(8);
+    expect(counts.get("gpu1")).toBe(8);
+  });
+
+  it("property: a continuation whose owner has no queue stays with its owner", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 2, max: 6 }),
+        fc.array(fc.nat(200_000), { minLength: 6, maxLength: 6 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.nat(5),
+        (n, queues, turns, warmup) => {
+          const r = router("hybrid");
+          const replicas = fleet(n);
+          for (let i = 0; i < warmup; i++) send(r, chat([{ role: "user", content: `unrelated ${i}` }]), replicas);
+          const convo = conversation(words(500, "agent"), words(3_000, "task"));
+          const owner = send(r, chat(convo.messages), replicas)!.replica;
+          // Everyone else is as busy as the draw says; the owner is idle.
+          replicas.forEach((x, i) => (x.queuedTokens = x.name === owner ? 0 : queues[i]!));
+          for (let t = 0; t < turns; t++) {
+            convo.next(t);
+            expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: owner, reason: "pin" });
+          }
+        },
+      ),
+      { numRuns: 100 },
+    );
+  });
+});
+
+describe("hybrid: the cases in between, by estimated time to first token", () => {
+  it("a one-shot over a shared document goes where the document is cached", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const first = send(r, doc(1, "what is in section 2?"), replicas)!;
+    expect(first.reason).toBe("spread");
+    for (const q of ["who wrote it?", "summarise it", "any numbers?"]) {
+      expect(choice(send(r, doc(1, q), replicas))).toEqual({ replica: first.replica, reason: "cache" });
+    }
+    expect(send(r, doc(1, "again"), replicas)!.estimate).toMatchObject({ capturedChars: expect.any(Number), settled: true });
+  });
+
+  it("…unless the holder's queue costs more than prefilling the document elsewhere", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const holder = send(r, doc(1, "first"), replicas)!.replica;
+    const busy = replicas.find((x) => x.name === holder)!;
+    busy.queuedTokens = 6_000; // less than the 8k document: still faster to wait
+    expect(choice(send(r, doc(1, "second"), replicas))).toEqual({ replica: holder, reason: "cache" });
+    busy.queuedTokens = 20_000; // 5 s of queue against 2 s of prefill elsewhere
+    const moved = send(r, doc(1, "third"), replicas)!;
+    expect(moved.reason).toBe("cost");
+    expect(moved.replica).not.toBe(holder);
+  });
+
+  it("a continuation leaves its owner only when the owner's queue costs more than re-prefilling it", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const convo = conversation(words(1_000, "agent"), words(20_000, "repository context"));
+    const owner = send(r, chat(convo.messages), replicas)!.replica;
+    convo.next(0);
+    const o = replicas.find((x) => x.name === owner)!;
+    o.queuedTokens = 15_000; // the other card would re-prefill ~21k tokens: stay
+    expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: owner, reason: "pin" });
+    convo.next(1);
+    o.queuedTokens = 60_000; // 15 s of someone else's prefill ahead: move
+    expect(send(r, chat(convo.messages), replicas)).toMatchObject({ reason: "cost" });
+  });
+
+  it("a session key brings a rewritten (compacted) context back to its replica, as a soft hint", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const session = { session: "agent-7" };
+    const before = send(r, chat([{ role: "user", content: words(3_000, "long history") }], {}, session), replicas)!;
+    send(r, chat([{ role: "user", content: "someone else" }]), replicas);
+    const compacted = chat([{ role: "user", content: words(800, "summary of the history") }], {}, session);
+    expect(choice(send(r, compacted, replicas))).toEqual({ replica: before.replica, reason: "session" });
+    // never a hard pin: a session's replica that is far busier is left
+    replicas.find((x) => x.name === before.replica)!.queuedTokens = 50_000;
+    expect(send(r, chat([{ role: "user", content: words(800, "another summary") }], {}, session), replicas)!.reason).toBe("cost");
+  });
+
+  it("a cold conversation is placed where the card has KV room for it", () => {
+    const r = router("hybrid");
+    const budget = 122_636 * TOKEN;
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const family = (f: number, tokens: number) => chat([{ role: "user", content: words(tokens, `family ${f}`) }]);
+    expect(send(r, family(0, 80_000), replicas)!.replica).toBe("gpu0");
+    expect(send(r, family(1, 70_000), replicas)!.replica).toBe("gpu1");
+    // Neither card has room for 60k more; gpu1 (70k) overflows less than gpu0 (80k).
+    expect(choice(send(r, family(2, 60_000), replicas))).toEqual({ replica: "gpu1", reason: "spread" });
+  });
+});
