@@ -1,11 +1,13 @@
 /**
  * The index of which replica holds which prompt prefix: (link hash, replica) → last use.
  *
- * Laid out in typed arrays (one slot per entry, ~55 bytes in all) so a million entries fit in
+ * Laid out in typed arrays (one slot per entry, ~51 bytes in all) so a million entries fit in
  * ~60 MB and no garbage is made per request. Each replica keeps its own LRU list, oldest
- * first, and its own budget in characters (its `kv_tokens` × characters per token): when a
- * card's remembered prefixes outgrow what the card can hold, that card's least recently
- * used ones go first, as the engine's own eviction would. A chain is always touched
+ * first, and its own budget in characters (its `kv_tokens` × characters per token): only
+ * the newest run of a card's list that fits its budget is matched — when its remembered
+ * prefixes outgrow what the card can hold, its least recently used ones stop counting as
+ * cached first, as the engine's own eviction would. They stay remembered as demand, which
+ * is what the capacity wall is measured from. A chain is always touched
  * deepest-first, so a parent link is never older than its children: every removal pops a
  * list's oldest entry, which is a leaf, and each replica's entries stay prefix-closed — a
  * lookup can binary-search the chain.
@@ -33,6 +35,8 @@ export interface ReplicaIndexStats {
   entries: number;
   /** Remembered prompt tips: conversations (their latest turn) and one-shots. */
   tips: number;
+  /** Characters within the card's budget: what is matched (the rest is remembered as demand only). */
+  heldChars: number;
 }
 
 export interface PrefixIndexOptions {
@@ -51,6 +55,7 @@ const IN_WINDOW = 4; // used within the capacity window (at or after the window'
 const COUNTED = 8; // IN_WINDOW and (REUSED or CONTINUED): part of the active working set
 const LINKED = 16; // on its replica's LRU list
 const LIVE = 32; // allocated (not on the free list)
+const HELD = 64; // within its card's budget: believed still cached there
 
 const MIN_CAPACITY = 1024;
 
@@ -83,6 +88,9 @@ export class PrefixIndex {
   private entriesOf: number[] = [];
   private tipsOf: number[] = [];
   private budgetOf: number[] = [];
+  /** The oldest entry still within its card's budget, and the characters from it to the newest. */
+  private heldStart: number[] = [];
+  private heldOf: number[] = [];
   /** The oldest entry inside the capacity window, per replica. */
   private windowStart: number[] = [];
   private activeOf: number[] = [];
@@ -114,7 +122,7 @@ export class PrefixIndex {
     let hi = chain.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (this.find(chain.lo[mid]!, chain.hi[mid]!, r) !== NIL) lo = mid + 1;
+      if (this.isHeld(this.find(chain.lo[mid]!, chain.hi[mid]!, r))) lo = mid + 1;
       else hi = mid;
     }
     if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
@@ -122,10 +130,10 @@ export class PrefixIndex {
     return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]! };
   }
 
-  /** Does `replica` hold the link with this hash? */
+  /** Does `replica` hold the link with this hash (remembered, and within its card's budget)? */
   holds(lo: number, hi: number, replica: string): boolean {
     const r = this.ids.get(replica);
-    return r !== undefined && this.find(lo >>> 0, hi >>> 0, r) !== NIL;
+    return r !== undefined && this.isHeld(this.find(lo >>> 0, hi >>> 0, r));
   }
 
   /** The length of the tail chunk last recorded right after link `depth - 1` of `chain` on `replica` (0 = none). */
@@ -226,16 +234,16 @@ export class PrefixIndex {
     for (let r = 0; r < this.names.length; r++) this.enforceBounds(r);
   }
 
-  /** Characters of distinct prefixes a replica has served recently (shared prefixes once). */
+  /** Characters of distinct prefixes a replica is believed to hold (within its budget; shared prefixes once). */
   workingSetChars(replica: string): number {
     const r = this.ids.get(replica);
-    return r === undefined ? 0 : this.charsOf[r]!;
+    return r === undefined ? 0 : this.heldOf[r]!;
   }
 
   replicaStats(replica: string): ReplicaIndexStats {
     const r = this.ids.get(replica);
-    if (r === undefined) return { chars: 0, entries: 0, tips: 0 };
-    return { chars: this.charsOf[r]!, entries: this.entriesOf[r]!, tips: this.tipsOf[r]! };
+    if (r === undefined) return { chars: 0, entries: 0, tips: 0, heldChars: 0 };
+    return { chars: this.charsOf[r]!, entries: this.entriesOf[r]!, tips: this.tipsOf[r]!, heldChars: this.heldOf[r]! };
   }
 
   /**
@@ -408,10 +416,16 @@ export class PrefixIndex {
     this.entriesOf.push(0);
     this.tipsOf.push(0);
     this.budgetOf.push(Infinity);
+    this.heldStart.push(NIL);
+    this.heldOf.push(0);
     this.windowStart.push(NIL);
     this.activeOf.push(0);
     this.recentOf.push(0);
     return r;
+  }
+
+  private isHeld(e: number): boolean {
+    return e !== NIL && (this.flags[e]! & HELD) !== 0;
   }
 
   private slotOf(lo: number, r: number): number {
@@ -460,6 +474,8 @@ export class PrefixIndex {
     const r = this.rid[e]!;
     if (this.flags[e]! & COUNTED) this.uncount(e);
     if (this.flags[e]! & IN_WINDOW) this.recentOf[r]! -= this.delta[e]!;
+    if (this.flags[e]! & HELD) this.heldOf[r]! -= this.delta[e]!;
+    if (this.heldStart[r] === e) this.heldStart[r] = this.next[e]!;
     if (this.windowStart[r] === e) this.windowStart[r] = this.next[e]!;
     if (this.flags[e]! & LINKED) this.unlink(e);
     this.deleteSlot(e);
@@ -499,11 +515,17 @@ export class PrefixIndex {
     else this.next[tail] = e;
     this.newest[r] = e;
     this.flags[e]! |= LINKED;
+    if (!(this.flags[e]! & HELD)) {
+      this.flags[e]! |= HELD;
+      this.heldOf[r]! += this.delta[e]!;
+      if (this.heldStart[r] === NIL) this.heldStart[r] = e;
+    }
   }
 
   private unlink(e: number): void {
     const r = this.rid[e]!;
     if (this.windowStart[r] === e) this.windowStart[r] = this.next[e] === NIL ? e : this.next[e]!;
+    if (this.heldStart[r] === e) this.heldStart[r] = this.next[e] === NIL ? e : this.next[e]!;
     const p = this.prev[e]!;
     const n = this.next[e]!;
     if (p === NIL) this.head[r] = n;
@@ -565,8 +587,24 @@ export class PrefixIndex {
     }
   }
 
+  /**
+   * What the card holds is the newest run of its list that fits its budget: older entries
+   * are remembered (they are still demand, which the capacity figures need) but no longer
+   * matched. A larger budget takes older entries back in.
+   */
   private enforceBounds(r: number): void {
-    while (this.charsOf[r]! > this.budgetOf[r]! && this.head[r] !== NIL) this.remove(this.head[r]!);
+    const budget = this.budgetOf[r]!;
+    for (let e = this.heldStart[r]!; this.heldOf[r]! > budget && e !== NIL; e = this.next[e]!) {
+      this.flags[e]! &= ~HELD;
+      this.heldOf[r]! -= this.delta[e]!;
+      this.heldStart[r] = this.next[e]!;
+    }
+    for (let e = this.heldStart[r] === NIL ? this.newest[r]! : this.prev[this.heldStart[r]!]!; e !== NIL; e = this.prev[e]!) {
+      if (this.heldOf[r]! + this.delta[e]! > budget) break;
+      this.flags[e]! |= HELD;
+      this.heldOf[r]! += this.delta[e]!;
+      this.heldStart[r] = e;
+    }
     while (this.count > this.options.maxEntries) {
       let oldest = NIL;
       for (let q = 0; q < this.names.length; q++) {

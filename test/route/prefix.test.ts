@@ -108,6 +108,14 @@ describe("PrefixIndex", () => {
     expect(idx.match(doc("B"), "gpu0").depth).toBe(doc("B").length);
     expect(idx.match(doc("C"), "gpu1").depth).toBe(doc("C").length);
     expect(idx.workingSetChars("gpu0")).toBeLessThanOrEqual(7000);
+    // A is still remembered (demand for the capacity figures), and held again once used again
+    expect(idx.replicaStats("gpu0")).toMatchObject({ entries: 3 * doc("A").length, heldChars: idx.workingSetChars("gpu0") });
+    idx.record(doc("A"), "gpu0", 5);
+    expect(idx.match(doc("A"), "gpu0").depth).toBe(doc("A").length);
+    expect(idx.match(doc("B"), "gpu0").depth).toBe(0);
+    // a larger budget (a recalibrated characters-per-token) takes older entries back in
+    idx.setBudget("gpu0", 20_000);
+    expect(idx.match(doc("B"), "gpu0").depth).toBe(doc("B").length);
   });
 
   it("forgetUsedBy drops a replica's entries used at or before a time (the engine evicted them)", () => {
@@ -185,7 +193,7 @@ describe("PrefixIndex bookkeeping", () => {
     idx.record(convo(0, "late"), "gpu0", 100);
     idx.evict(105);
     const late = convo(0, "late");
-    expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: chainChars(late) });
+    expect(idx.replicaStats("gpu0")).toEqual({ tips: 1, entries: 2, chars: chainChars(late), heldChars: chainChars(late) });
   });
 
   it("the active working set counts recent conversations and reused prefixes, not one-shots' own text", () => {
@@ -283,8 +291,14 @@ function checkInvariants(idx: PrefixIndex, chains: PrefixChain[], replicas: stri
     for (const { e } of mine) if (e.parent >= 0) childCount.set(e.parent, (childCount.get(e.parent) ?? 0) + 1);
     const chars = mine.reduce((s, { e }) => s + e.delta, 0);
     const tips = mine.filter(({ i }) => !childCount.has(i)).length;
-    expect(idx.replicaStats(r)).toEqual({ chars, entries: mine.length, tips });
-    expect(chars).toBeLessThanOrEqual(budgets.get(r) ?? Infinity);
+    // held: the newest run of the list that fits the card's budget
+    const held = new Set<number>();
+    let heldChars = 0;
+    for (let k = mine.length - 1; k >= 0 && heldChars + mine[k]!.e.delta <= (budgets.get(r) ?? Infinity); k--) {
+      held.add(mine[k]!.i);
+      heldChars += mine[k]!.e.delta;
+    }
+    expect(idx.replicaStats(r)).toEqual({ chars, entries: mine.length, tips, heldChars });
     // LRU order: oldest first, parents newer than (after) their children
     for (let k = 1; k < mine.length; k++) expect(mine[k]!.e.last).toBeGreaterThanOrEqual(mine[k - 1]!.e.last);
     for (const { e, i } of mine) if (e.parent >= 0) expect(e.parent).toBeGreaterThan(i);
@@ -293,13 +307,15 @@ function checkInvariants(idx: PrefixIndex, chains: PrefixChain[], replicas: stri
     expect(perReplica.get(r) ?? 0).toBe(active.reduce((s, { e }) => s + e.delta, 0));
     expect(idx.recentChars(r)).toBe(mine.filter(({ e }) => e.last >= now - windowMs).reduce((s, { e }) => s + e.delta, 0));
     for (const { e } of active) fleetSeen.set(e.key, e.delta);
-    // match equals a linear scan, and what is held is prefix-closed
+    // match equals a linear scan over the held entries, and what is held is prefix-closed
+    const heldKeys = new Set([...held].map((i) => all[i]!.key));
     for (const chain of chains) {
+      const isHeld = (k: number) => heldKeys.has(`${chain.lo[k]}:${chain.hi[k]}`);
       let depth = 0;
-      while (depth < chain.length && idx.holds(chain.lo[depth]!, chain.hi[depth]!, r)) depth++;
-      const m = idx.match(chain, r);
-      expect(m.depth).toBe(depth);
-      for (let k = depth; k < chain.length; k++) expect(idx.holds(chain.lo[k]!, chain.hi[k]!, r)).toBe(false);
+      while (depth < chain.length && isHeld(depth)) depth++;
+      expect(idx.match(chain, r).depth).toBe(depth);
+      for (let k = 0; k < chain.length; k++) expect(idx.holds(chain.lo[k]!, chain.hi[k]!, r)).toBe(isHeld(k));
+      for (let k = depth; k < chain.length; k++) expect(isHeld(k)).toBe(false);
     }
   }
   expect(fleet).toBe([...fleetSeen.values()].reduce((s, d) => s + d, 0));
