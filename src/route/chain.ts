@@ -1,11 +1,12 @@
 /**
  * A request's identity: one chain of hashes per prompt sequence (a chat is one sequence; a
  * batch of completion prompts is one per prompt), one link per chunk of each canonical
- * segment:
+ * segment's text; a segment's head (role, tool-call fields) seeds its first chunk:
  *
  *   h₀ = xxh64("llmroute/2␟tenant␟model", 0)
- *   hᵢ = xxh64(chunkᵢ, hᵢ₋₁ ⊕ SEGMENT)   for the first chunk of a segment
- *   hᵢ = xxh64(chunkᵢ, hᵢ₋₁)             for the next chunks of the same segment
+ *   sₖ = xxh64(headₖ, hᵢ₋₁ ⊕ SEGMENT)     entering segment k
+ *   hᵢ = xxh64(chunkᵢ, sₖ)                 its first chunk (it covers the head's characters too)
+ *   hᵢ = xxh64(chunkᵢ, hᵢ₋₁)               its next chunks
  *
  * Every link names a prefix the engine may still hold as KV. Because every message starts
  * a link, a tiny shared prefix still matches (no "first N KiB" window); because long
@@ -13,6 +14,7 @@
  * Seeding each link with the previous hash chains them without copying any text.
  */
 import type { Hasher } from "./hash.ts";
+import type { Segment } from "./shape.ts";
 
 export interface PrefixChain {
   /** Link i's 64-bit hash as two 32-bit halves. */
@@ -35,7 +37,7 @@ export interface ChainSource {
   tenant: string;
   model?: string;
   /** Each sequence: canonical segments in prompt order. */
-  sequences: readonly (readonly string[])[];
+  sequences: readonly (readonly Segment[])[];
 }
 
 /** One chain per sequence of the request. */
@@ -46,31 +48,33 @@ export function prefixChains(source: ChainSource, hasher: Hasher, chunkChars: nu
 }
 
 /** The chain of a single sequence (tests and tools). */
-export function prefixChain(source: { tenant: string; model?: string; segments: readonly string[] }, hasher: Hasher, chunkChars: number): PrefixChain {
+export function prefixChain(source: { tenant: string; model?: string; segments: readonly Segment[] }, hasher: Hasher, chunkChars: number): PrefixChain {
   return prefixChains({ ...source, sequences: [source.segments] }, hasher, chunkChars)[0]!;
 }
 
-function chainOf(root: bigint, segments: readonly string[], hasher: Hasher, chunkChars: number): PrefixChain {
+function chainOf(root: bigint, segments: readonly Segment[], hasher: Hasher, chunkChars: number): PrefixChain {
   let links = 0;
-  for (const s of segments) links += Math.max(1, Math.ceil(s.length / chunkChars));
+  for (const [, text] of segments) links += Math.max(1, Math.ceil(text.length / chunkChars));
   const lo = new Uint32Array(links);
   const hi = new Uint32Array(links);
   const ends = new Uint32Array(links);
   let h = root;
   let end = 0;
   let i = 0;
-  for (const segment of segments) {
+  for (const [head, text] of segments) {
+    h = hasher.hash(head, h ^ SEGMENT);
+    end += head.length;
     let offset = 0;
     do {
-      const chunk = offset === 0 && segment.length <= chunkChars ? segment : segment.slice(offset, offset + chunkChars);
-      h = hasher.hash(chunk, offset === 0 ? h ^ SEGMENT : h);
+      const chunk = offset === 0 && text.length <= chunkChars ? text : text.slice(offset, offset + chunkChars);
+      h = hasher.hash(chunk, h);
       end += chunk.length;
       lo[i] = Number(h & MASK32);
       hi[i] = Number(h >> 32n);
       ends[i] = end;
       i++;
       offset += chunkChars;
-    } while (offset < segment.length);
+    } while (offset < text.length);
   }
   return { lo, hi, ends, length: links };
 }
@@ -86,9 +90,9 @@ export function linkHash(chain: PrefixChain, i: number): bigint {
 }
 
 /**
- * The hash a link would have if the segment chunk starting at `start` (a position inside
- * the chain's last segment, right after link `parent`) ended after `length` characters: used
- * to test whether a prompt extends an earlier, shorter one whose tail chunk was `length` long.
+ * The hash a link would have if the chunk of `text` starting at `start` (a position inside
+ * a segment's text, right after link `parent`) ended after `length` characters: used to
+ * test whether a prompt extends an earlier, shorter one whose tail chunk was `length` long.
  */
 export function continuationLink(parentHash: bigint, text: string, start: number, length: number, hasher: Hasher): { lo: number; hi: number } {
   const h = hasher.hash(text.slice(start, start + length), parentHash);

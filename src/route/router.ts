@@ -248,7 +248,7 @@ export class Router {
   private extendsServedPrompt(input: RouteInput, matches: readonly PrefixMatch[]): boolean {
     if (input.shape.endpoint !== "completions" || input.chains.length !== 1) return false;
     const chain = input.chains[0]!;
-    const prompt = input.shape.sequences[0]!.at(-1)!;
+    const prompt = input.shape.sequences[0]!.at(-1)![1];
     const promptStart = chainChars(chain) - prompt.length;
     for (const m of matches) {
       if (m.depth === 0) continue;

@@ -9,6 +9,13 @@
 
 export type Endpoint = "chat" | "completions" | "embeddings" | "responses" | "messages" | "other";
 
+/**
+ * One canonical prompt segment: a short head (the role and any tool-call fields) and the
+ * text itself, kept apart so the text — often hundreds of KB straight from JSON.parse — is
+ * hashed where it lies instead of being copied into a concatenation.
+ */
+export type Segment = readonly [head: string, text: string];
+
 export interface RequestShape {
   endpoint: Endpoint;
   model?: string;
@@ -23,7 +30,7 @@ export interface RequestShape {
    * each message / item). A chat is one sequence; a batch of completion prompts or embedding
    * inputs is one sequence per prompt, since the engine runs each separately.
    */
-  sequences: string[][];
+  sequences: Segment[][];
   /** Carries an earlier turn: an assistant/tool message, a tool result, or previous_response_id. */
   continuation: boolean;
   previousResponseId?: string;
@@ -64,12 +71,12 @@ export function shapeOf(endpoint: Endpoint, body: unknown, headers: ShapeHeaders
   const tenant = keys.some(Boolean) ? keys.join("\u001f") : "";
   const metadata = isObject(b.metadata) ? b.metadata : {};
   const session = headers.session || (endpoint === "messages" ? str(metadata.user_id) : "") || str(b.prompt_cache_key) || undefined;
-  const segments: string[] = [];
-  let sequences: string[][] | undefined;
+  const segments: Segment[] = [];
+  let sequences: Segment[][] | undefined;
   let continuation = false;
   let previousResponseId: string | undefined;
 
-  if (b.tools !== undefined && b.tools !== null) segments.push(`tools${SEP}${canonical(b.tools)}`);
+  if (b.tools !== undefined && b.tools !== null) segments.push([`tools${SEP}`, canonical(b.tools)]);
 
   switch (endpoint) {
     case "chat":
@@ -81,7 +88,7 @@ export function shapeOf(endpoint: Endpoint, body: unknown, headers: ShapeHeaders
       }
       break;
     case "messages":
-      if (b.system !== undefined && b.system !== null) segments.push(`system${SEP}${content(b.system)}`);
+      if (b.system !== undefined && b.system !== null) segments.push([`system${SEP}`, content(b.system)]);
       for (const m of arr(b.messages)) {
         if (!isObject(m)) continue;
         const role = str(m.role);
@@ -93,15 +100,15 @@ export function shapeOf(endpoint: Endpoint, body: unknown, headers: ShapeHeaders
     case "responses": {
       previousResponseId = str(b.previous_response_id) || undefined;
       if (previousResponseId) continuation = true;
-      if (b.instructions !== undefined && b.instructions !== null) segments.push(`system${SEP}${content(b.instructions)}`);
-      if (typeof b.input === "string") segments.push(`user${SEP}${b.input}`);
+      if (b.instructions !== undefined && b.instructions !== null) segments.push([`system${SEP}`, content(b.instructions)]);
+      if (typeof b.input === "string") segments.push([`user${SEP}`, b.input]);
       for (const item of arr(b.input)) {
         if (!isObject(item)) continue;
         const role = str(item.role);
         const type = str(item.type);
         if (role === "assistant" || /(_call|_call_output|^reasoning)$/.test(type)) continuation = true;
         if (role !== "") segments.push(message(role, item.content, item, []));
-        else segments.push(canonical(item));
+        else segments.push(["", canonical(item)]);
       }
       break;
     }
@@ -128,8 +135,8 @@ export function shapeOf(endpoint: Endpoint, body: unknown, headers: ShapeHeaders
 }
 
 /** A prompt field: one prompt (after a shared `tools` segment, if any), or a batch of them. */
-function prompts(prompt: Json | undefined, lead: readonly string[]): string[][] {
-  const one = (p: string) => [...lead, p];
+function prompts(prompt: Json | undefined, lead: readonly Segment[]): Segment[][] {
+  const one = (p: string): Segment[] => [...lead, ["", p]];
   if (typeof prompt === "string") return [one(prompt)];
   if (!Array.isArray(prompt)) return lead.length > 0 ? [[...lead]] : [];
   // An array of numbers is one tokenised prompt; an array of strings/arrays is a batch.
@@ -137,12 +144,12 @@ function prompts(prompt: Json | undefined, lead: readonly string[]): string[][] 
   return prompt.map((p) => one(typeof p === "string" ? p : canonical(p)));
 }
 
-function message(role: string, body: Json | undefined, m: Obj, extra: string[]): string {
-  let out = `${role}${SEP}${content(body)}`;
+function message(role: string, body: Json | undefined, m: Obj, extra: string[]): Segment {
+  let head = `${role}${SEP}`;
   for (const key of extra) {
-    if (m[key] !== undefined && m[key] !== null) out += `${SEP}${key}=${canonical(m[key]!)}`;
+    if (m[key] !== undefined && m[key] !== null) head += `${key}=${canonical(m[key]!)}${SEP}`;
   }
-  return out;
+  return [head, content(body)];
 }
 
 const TEXT_PARTS = new Set(["text", "input_text", "output_text"]);

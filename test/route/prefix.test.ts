@@ -24,8 +24,8 @@ describe("prefixChain", () => {
 
   it("a message split across two messages is not the same prompt as one message", () => {
     const shape = { tenant: "", model: "m" };
-    const one = prefixChain({ ...shape, segments: ["ab"] }, hasher, 1);
-    const two = prefixChain({ ...shape, segments: ["a", "b"] }, hasher, 1);
+    const one = prefixChain({ ...shape, segments: [["", "ab"]] }, hasher, 1);
+    const two = prefixChain({ ...shape, segments: [["", "a"], ["", "b"]] }, hasher, 1);
     expect(one.lo.at(-1)).not.toBe(two.lo.at(-1)!);
   });
 

@@ -48,8 +48,8 @@ describe("continuation: carries an earlier turn, not merely several messages", (
 describe("segments", () => {
   it("anthropic's top-level system comes first, then the messages", () => {
     const s = shapeOf("messages", { model: "m", system: [{ type: "text", text: "SYS" }], messages: [{ role: "user", content: "U" }] });
-    expect(segments(s)[0]).toContain("SYS");
-    expect(segments(s)[1]).toContain("U");
+    expect(segments(s)[0]).toEqual(["system\u001e", "SYS"]);
+    expect(segments(s)[1]).toEqual(["user\u001e", "U"]);
   });
 
   it("a text-only content array has the identity of the same plain string", () => {
@@ -71,10 +71,10 @@ describe("segments", () => {
   });
 
   it("completions: a prompt string is one sequence; a batch is one sequence per prompt", () => {
-    expect(shapeOf("completions", { prompt: "abc" }).sequences).toEqual([["abc"]]);
-    expect(shapeOf("completions", { prompt: ["a", "b"] }).sequences).toEqual([["a"], ["b"]]);
-    expect(shapeOf("completions", { prompt: [1, 2, 3] }).sequences).toEqual([["[1,2,3]"]]);
-    expect(shapeOf("completions", { prompt: [[1, 2], [3]] }).sequences).toEqual([["[1,2]"], ["[3]"]]);
+    expect(shapeOf("completions", { prompt: "abc" }).sequences).toEqual([[["", "abc"]]]);
+    expect(shapeOf("completions", { prompt: ["a", "b"] }).sequences).toEqual([[["", "a"]], [["", "b"]]]);
+    expect(shapeOf("completions", { prompt: [1, 2, 3] }).sequences).toEqual([[["", "[1,2,3]"]]]);
+    expect(shapeOf("completions", { prompt: [[1, 2], [3]] }).sequences).toEqual([[["", "[1,2]"]], [["", "[3]"]]]);
     expect(shapeOf("embeddings", { input: ["x", "y", "z"] }).sequences).toHaveLength(3);
   });
 });
