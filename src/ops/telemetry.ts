@@ -9,6 +9,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import type { Router } from "../route/router.ts";
 import { Registry } from "./prom.ts";
+import { RecentRequests } from "./recent.ts";
 
 export interface LiveState {
   config: Config;
@@ -29,8 +30,10 @@ export class Telemetry {
   private readonly promptTokens = this.registry.counter("llmroute_prompt_tokens_total", "Prompt tokens reported by the engines' usage, summed.");
   private readonly cachedTokens = this.registry.counter("llmroute_cached_tokens_total", "Prompt tokens the engines reported as served from their prefix cache, summed.");
   private readonly completionTokens = this.registry.counter("llmroute_completion_tokens_total", "Completion tokens reported by the engines' usage, summed.");
+  /** The last requests and the last minutes, for the dashboard. */
+  readonly recent = new RecentRequests();
 
-  constructor(private readonly live: () => LiveState) {
+  constructor(readonly live: () => LiveState) {
     const replicas = () => this.live().fleet.replicas;
     const each = (f: (r: ReturnType<typeof replicas>[number]) => number) => () =>
       replicas().map((r): [Record<string, string>, number] => [{ replica: r.name }, f(r)]);
@@ -62,6 +65,7 @@ export class Telemetry {
   }
 
   record(rec: RequestRecord): void {
+    this.recent.record(rec, Date.now());
     const replica = rec.replica ?? "none";
     this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status) });
     if (!rec.replica) return;
