@@ -96,7 +96,7 @@ describe("the dashboard in a browser", () => {
     const delivered = await tab.page.locator('[data-hit="delivered"] dd .v').textContent();
     expect(delivered).toMatch(/^[1-9]\d*%$/);
     const ttft = await tab.page.locator('#replicas dl div:has(dt:text-is("TTFT p50 / p90")) dd').allTextContents();
-    for (const t of ttft) expect(t).toMatch(/^\d+ ms \/ \d+ ms$/);
+    for (const t of ttft) expect(t).toMatch(/^\d+ \/ \d+ ms$/);
     const first = (await text("#last tr:first-child td")).slice(1, 5);
     expect(first).toEqual(["chat", "sim-model", expect.stringMatching(/^gpu[0-2]$/), "spread"]);
 
@@ -106,17 +106,18 @@ describe("the dashboard in a browser", () => {
     expect(await tab.page.locator(`[data-replica="${name}"] .bar.over`).count()).toBe(1);
     expect(await tab.page.locator("#warnings").isVisible()).toBe(true);
     expect(await tab.page.locator("#warning-list li").first().textContent()).toStartWith(`${name}: working set ~`);
-    await tab.page.screenshot({ path: SCREENSHOT, fullPage: true });
     expect(tab.errors).toEqual([]);
   }, 30_000);
 
-  it("shows a killed replica as down within a few seconds", async () => {
+  it("shows a killed replica as down within a few seconds (and takes the README's screenshot)", async () => {
     const gpu2 = sims[2]!;
     await gpu2.kill("SIGKILL");
     await tab.page.waitForFunction(() => document.querySelector('[data-replica="gpu2"] [data-health]')?.textContent === "down", undefined, { timeout: 8_000 });
     expect(await tab.page.locator('[data-replica="gpu2"] .note.err').textContent()).toContain("connection refused");
     expect(await tab.page.title()).toBe("⚠ llmroute · 2/3 healthy");
     expect(await text("#replicas [data-health]")).toEqual(["up", "up", "down"]);
+    // The README's picture: traffic, the capacity wall crossed, and a replica down.
+    await tab.page.screenshot({ path: SCREENSHOT, fullPage: true });
     expect(tab.errors).toEqual([]);
   }, 15_000);
 
