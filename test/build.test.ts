@@ -1,6 +1,7 @@
 /**
  * `bun run build` yields one executable that works on its own: version, help, the
- * embedded unit files, and a real request through a compiled router to a compiled sim.
+ * embedded unit files and dashboard page, and a real request through a compiled router
+ * to a compiled sim.
  */
 import { afterAll, beforeAll, expect, it } from "bun:test";
 import { mkdtemp } from "node:fs/promises";
@@ -62,4 +63,6 @@ it("a compiled router serves a compiled sim", async () => {
   });
   expect(res.status).toBe(200);
   expect(res.headers.get("x-llmroute-replica")).toBe("gpu0");
+  // The dashboard page is embedded too.
+  expect(await (await fetch(`${router}/dashboard`)).text()).toContain("<title>llmroute dashboard</title>");
 });

@@ -3,13 +3,16 @@
  * 3090-class replicas, time-scaled so the whole demo takes about a minute on two cores;
  * the seed's agent loop, cold burst and the two mixed, each with roundrobin, affinity and
  * hybrid; then the comparison and the path of the HTML report. Needs nothing but `npm ci`.
+ * While it runs, the live dashboard of whichever router is running is at one address.
  */
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { defineCommand } from "citty";
 import { parseBenchArgs } from "./args.ts";
 import { bench } from "./command.ts";
 import { stderrProgress } from "./progress.ts";
+import { simTarget } from "./targets.ts";
 
 /**
  * Model time is about 600 s (agent ≈ 215, burst ≈ 185, mixed ≈ 180); at 0.08 that is ~48 s
@@ -41,7 +44,12 @@ export default defineCommand({
       "llmroute demo: 2 simulated RTX 3090-class replicas (122,636 KV tokens, ~4,000 prefill tokens/s each),\n" +
         "the same workloads through roundrobin, affinity and hybrid; times below are the modelled card's.",
     );
-    const { errors } = await bench(options, { out: (t) => console.log(t), progress, quietFiles: true });
+    // Each policy gets a fresh router; they take turns on one admin address, so the page
+    // stays open across the arms and shows whichever policy is running.
+    const admin = `127.0.0.1:${await freePort()}`;
+    const target = await simTarget({ replicas: options.sim, timeScale: options.timeScale, adminListen: admin });
+    progress.line(`Watch it live: http://${admin}/dashboard (each policy's router in turn)`);
+    const { errors } = await bench(options, { out: (t) => console.log(t), progress, quietFiles: true }, target).finally(() => target.stop());
     console.log(
       [
         "",
@@ -56,3 +64,15 @@ export default defineCommand({
     return errors > 0 ? 1 : 0;
   },
 });
+
+/** A port nothing listens on right now (the OS picks it; the routers reuse it in turn). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}

@@ -51,10 +51,11 @@ export interface SimTotals {
 }
 
 /** A router config for `replicas` with one policy: loopback, port 0, quiet health checks. */
-export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string): string {
+export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string, adminListen?: string): string {
   const lines = [
     "[server]",
     `listen = "127.0.0.1:0"`,
+    ...(adminListen ? [`admin_listen = "${adminListen}"`] : []),
     "[routing]",
     `policy = "${policy}"`,
     "[health]",
@@ -76,7 +77,7 @@ async function routerArm(config: Config, fetchImpl?: FetchLike): Promise<Arm> {
     send: (body) => sendChat(server.url, body, { fetch: fetchImpl }),
     async status() {
       // GET /status also refreshes the capacity readings, like `llmroute status` does.
-      const res = await fetch(`${server.url}/status`);
+      const res = await fetch(`${server.adminUrl ?? server.url}/status`);
       return (await res.json()) as StatusDocument;
     },
     stop: () => server.stop(),
@@ -161,6 +162,8 @@ export function oracleChoice(candidates: readonly OracleCandidate[], cachedToken
 export interface SimTargetOptions {
   replicas: number;
   timeScale: number;
+  /** Every arm's router serves /status and /dashboard here (one after the other), so the address stays. */
+  adminListen?: string;
 }
 
 /** N simulated 3090-class replicas in this process. */
@@ -190,7 +193,7 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     },
     async startArm(name) {
       if (name === "oracle") return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost);
-      return routerArm(parseConfig(routerToml(replicas, name, model), "<bench>", { env: {} }));
+      return routerArm(parseConfig(routerToml(replicas, name, model, options.adminListen), "<bench>", { env: {} }));
     },
     async stop() {
       await Promise.all(sims.map((s) => s.stop()));

@@ -9,6 +9,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import type { Router } from "../route/router.ts";
 import { Registry } from "./prom.ts";
+import { RecentRequests } from "./recent.ts";
 
 export interface LiveState {
   config: Config;
@@ -41,8 +42,10 @@ export class Telemetry {
     "llmroute_cache_predictions_total",
     "Responses whose cached_tokens the router compared with its index: hit, miss (the engine had evicted it; the index is corrected), unexpected_hit, cold, unsettled.",
   );
+  /** The last requests and the last minutes, for the dashboard. */
+  readonly recent = new RecentRequests();
 
-  constructor(private readonly live: () => LiveState) {
+  constructor(readonly live: () => LiveState) {
     const replicas = () => this.live().fleet.replicas;
     const each = (f: (r: ReturnType<typeof replicas>[number]) => number) => () =>
       replicas().map((r): [Record<string, string>, number] => [{ replica: r.name }, f(r)]);
@@ -78,6 +81,7 @@ export class Telemetry {
   }
 
   record(rec: RequestRecord): void {
+    this.recent.record(rec, Date.now());
     const replica = rec.replica ?? "none";
     this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status) });
     if (!rec.replica) return;

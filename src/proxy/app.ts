@@ -1,10 +1,12 @@
 /**
  * The router's HTTP surface as a plain `fetch(Request) → Response` function, so it runs
  * in-process in tests and behind Bun.serve in production. /v1/* is proxied; /health,
- * /v1/models, /status and /metrics are answered from live state.
+ * /v1/models, /status, /metrics and /dashboard/data are answered from live state.
  */
 import { timingSafeEqual } from "node:crypto";
 import type { Fleet } from "../fleet/fleet.ts";
+import { dashboardDataResponse } from "../ops/dashboard/data.ts";
+import { dashboardPage } from "../ops/dashboard/page.ts";
 import type { Telemetry } from "../ops/telemetry.ts";
 import { endpointOf } from "../route/shape.ts";
 import { errorResponse } from "./errors.ts";
@@ -19,7 +21,7 @@ export interface AppDeps {
   telemetry: Telemetry;
   /** Client keys (server.api_keys); empty = open. */
   apiKeys: () => readonly string[];
-  /** Which routes this listener serves: the API, the admin pair (/status, /metrics), or both. */
+  /** Which routes this listener serves: the API, the admin routes (/status, /metrics, /dashboard), or both. */
   serves: { api: boolean; admin: boolean };
   /** Refresh the capacity readings before /status and /metrics answer. */
   beforeAdmin?: () => void;
@@ -37,7 +39,10 @@ export function createApp(deps: AppDeps): App {
       const read = req.method === "GET" || req.method === "HEAD";
       if (path === "/health" && read) return health(deps.fleet);
 
-      const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics");
+      // The page is static and holds no data: a browser cannot send a key with a navigation,
+      // so it is served as is and asks for the key that its data requests need.
+      if (deps.serves.admin && read && (path === "/dashboard" || path === "/dashboard/")) return dashboardPage();
+      const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics" || path === "/dashboard/data");
       const api = deps.serves.api && (path.startsWith("/v1/") || ENGINE_EXTRAS.has(path));
       if (!admin && !api) {
         return errorResponse("other", 404, `no route for ${req.method} ${path}`);
@@ -48,6 +53,8 @@ export function createApp(deps: AppDeps): App {
         return errorResponse(endpointOf(path), 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
       }
       if (admin) {
+        // Reads the capacity refreshed on the server's schedule: a poll never walks the index.
+        if (path === "/dashboard/data") return dashboardDataResponse(deps.telemetry);
         deps.beforeAdmin?.();
         if (path === "/metrics") {
           return new Response(deps.telemetry.metrics(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
