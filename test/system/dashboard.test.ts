@@ -31,7 +31,9 @@ beforeAll(async () => {
   router = await startRouterProc(
     sims.map((s) => ({ ...s, extra: `kv_tokens = ${KV_TOKENS}\nmetrics = true\n` })),
     // Active checks every second: a replica that dies while idle is noticed without traffic.
-    { toml: `[health]\ninterval = "1s"\n` },
+    // The seed's plain rule places cold conversations by the counter alone, so the scene below
+    // (a card pushed over its KV) is the same on every run; the default would avoid it.
+    { toml: `[routing]\npolicy = "hybrid-plain"\n[health]\ninterval = "1s"\n` },
   );
   tab = await watchedPage(browser, router.url);
 }, 60_000);
