@@ -321,7 +321,11 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
     });
   }
 
-  if (ctx.issues.length > 0) throw new ConfigError(ctx.issues);
+  if (ctx.issues.length > 0) {
+    // In file order, as an editor lists them; flags and the environment first, file-wide last.
+    const rank = (i: ConfigIssue) => (i.flag !== undefined || i.file !== ctx.file ? -1 : i.line === undefined ? Infinity : i.line * 1e6 + (i.column ?? 0));
+    throw new ConfigError([...ctx.issues].sort((a, b) => rank(a) - rank(b)));
+  }
   return config;
 }
 

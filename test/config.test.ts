@@ -109,6 +109,11 @@ describe("every error names file:line:column of the value, the key, the value an
     expect(issues(`[routing]\npolicy = "x"\nmax_attempts = 0\n[[replica]]\nname = "bad name"\nurl = "nope"\n`)).toHaveLength(4);
   });
 
+  it("lists problems in file order, whatever order the validator met them", () => {
+    const found = issues(`[[replica]]\nname = "a"\nurl = "nope"\n[server]\nmax_body = 1\n[routing]\npolcy = 1\n`);
+    expect(found.map((i) => `${i.line}:${i.column} ${i.key}`)).toEqual(["3:7 replica[0].url", "5:12 server.max_body", "7:1 routing.polcy"]);
+  });
+
   it("formats as file:line:column: key = value: reason", () => {
     expect(formatIssue(issues(`[routing]\npolicy = "hybird"\n${MIN}`)[0]!)).toStartWith('r.toml:2:10: routing.policy = "hybird": must be one of');
   });
