@@ -1,6 +1,8 @@
 /**
- * `bun run build`: compile the CLI into one self-contained executable, dist/llmroute.
- * Pass `--target bun-linux-arm64` (etc.) to cross-compile.
+ * `npm run build`: compile the CLI into one self-contained executable, dist/llmroute.
+ * Pass `--target bun-linux-arm64` (etc.) to cross-compile. `npm run build` first runs
+ * scripts/check-bun.mjs under Node: if Bun's postinstall was skipped (npm ci
+ * --ignore-scripts) this file never gets to run, so the check happens before it.
  */
 import { parseArgs } from "node:util";
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env bun
 /**
  * The only place that reads argv and exits. Every subcommand's `run` returns its exit code
- * (or throws an LlmrouteError carrying one); this edge prints the error and exits.
+ * (or throws an LlmrouteError carrying one); this edge checks the command line strictly,
+ * prints help and errors, and exits: 0 ok, 1 the command's own "no" (degraded, no cache
+ * effect), 2 bad usage or config.
  */
-import { defineCommand, runCommand, showUsage, type CommandDef } from "citty";
-import { consola } from "consola";
+import { renderUsage, runCommand, type ArgsDef, type CommandDef } from "citty";
 import pkg from "../package.json" with { type: "json" };
+import { checkArgs } from "./_args.ts";
+import { nearest } from "./_nearest.ts";
 import { LlmrouteError } from "./errors.ts";
+import { stderrIsJournal, SYSLOG_PRIORITY } from "./log.ts";
 
 const subCommands = {
   serve: () => import("./commands/serve.ts").then((m) => m.default),
@@ -19,56 +23,105 @@ const subCommands = {
   probe: () => import("./probe/command.ts").then((m) => m.default),
 } satisfies Record<string, () => Promise<CommandDef<any>>>;
 
-export const main = defineCommand({
+type Name = keyof typeof subCommands;
+const NAMES = Object.keys(subCommands) as Name[];
+
+export const main: CommandDef = {
   meta: {
     name: "llmroute",
     version: pkg.version,
     description: "Prefix-cache-aware router for OpenAI-compatible LLM replicas",
   },
   subCommands,
-});
+};
+
+/** Where the CLI's own output goes (the commands print their results themselves). */
+export interface CliIO {
+  stdout(text: string): void;
+  stderr(text: string): void;
+  /** Colour in help text: only on a terminal, never with NO_COLOR. */
+  colour: boolean;
+  /** stderr is the systemd journal: prefix error lines with the syslog priority <3>. */
+  journal: boolean;
+}
+
+function processIO(): CliIO {
+  return {
+    stdout: (text) => void process.stdout.write(text),
+    stderr: (text) => void process.stderr.write(text),
+    colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR,
+    journal: stderrIsJournal(),
+  };
+}
 
 /** Run the CLI on `rawArgs` and return the process exit code. */
-export async function runCli(rawArgs: string[]): Promise<number> {
-  if (rawArgs.length === 1 && (rawArgs[0] === "--version" || rawArgs[0] === "-v")) {
-    console.log(pkg.version);
+export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promise<number> {
+  const fail = (message: string, hint?: string): number => {
+    const lines = message.split("\n").map((l) => (io.journal ? `${SYSLOG_PRIORITY.error}${l}` : l));
+    io.stderr(`${lines.join("\n")}\n${hint ? `${hint}\n` : ""}`);
+    return 2;
+  };
+  const [name, ...rest] = rawArgs;
+  if (name === undefined) {
+    io.stderr(`${await help(main, undefined, io)}\n`);
+    return 2;
+  }
+  if (name === "--help" || name === "-h") {
+    io.stdout(`${await help(main, undefined, io)}\n`);
     return 0;
   }
-  if (rawArgs.length === 0 || rawArgs.includes("--help") || rawArgs.includes("-h")) {
-    await showUsage(...(await resolveForUsage(rawArgs)));
+  if ((name === "--version" || name === "-v") && rest.length === 0) {
+    io.stdout(`${pkg.version}\n`);
     return 0;
   }
+  if (!(NAMES as string[]).includes(name)) {
+    const near = nearest(name.replace(/^-+/, ""), NAMES);
+    const what = name.startsWith("-") ? `a command comes first, not ${name}` : `unknown command ${JSON.stringify(name)}`;
+    return fail(`llmroute: ${what}${near ? `; did you mean ${near}?` : ""}`, `Commands: ${NAMES.join(", ")}. Run "llmroute --help" for what each does.`);
+  }
+
+  const command = await subCommands[name as Name]();
+  // Help and version are answered wherever they appear before "--", and the command never
+  // runs: `llmroute check --version` prints the version, it does not check a config.
+  const flags = rest.includes("--") ? rest.slice(0, rest.indexOf("--")) : rest;
+  if (flags.includes("--help") || flags.includes("-h")) {
+    io.stdout(`${await help(command, main, io)}\n`);
+    return 0;
+  }
+  if (flags.includes("--version")) {
+    io.stdout(`${pkg.version}\n`);
+    return 0;
+  }
+  const flagHint = `Run "llmroute ${name} --help" for its flags.`;
   try {
-    // citty drops a subcommand's return value, so resolve the subcommand here: its result
-    // is the exit code (probe's verdict, status's health).
-    const [name, ...rest] = rawArgs;
-    if (!name || !(name in subCommands)) {
-      await showUsage(main);
-      consola.error(`Unknown command ${name ?? ""}`.trim());
-      return 2;
-    }
-    const command = await subCommands[name as keyof typeof subCommands]();
+    checkArgs(name, rest, ((await command.args) ?? {}) as ArgsDef);
+    // citty drops a subcommand's return value, so run it here: the result is the exit code
+    // (probe's verdict, status's health).
     const { result } = await runCommand(command, { rawArgs: rest });
     return typeof result === "number" ? result : 0;
   } catch (error) {
     if (error instanceof LlmrouteError) {
-      consola.error(error.message);
+      fail(error.message, error.code === "usage" ? flagHint : undefined);
       return error.exitCode;
     }
-    if (error instanceof Error && error.name === "CLIError") {
-      await showUsage(...(await resolveForUsage(rawArgs)));
-      consola.error(error.message);
-      return 2;
-    }
-    consola.error(error);
+    // citty's own argument errors (an enum value out of range) are usage errors too.
+    if (error instanceof Error && error.name === "CLIError") return fail(`${name}: ${stripAnsi(error.message)}`, flagHint);
+    io.stderr(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
     return 1;
   }
 }
 
-async function resolveForUsage(rawArgs: string[]): Promise<[CommandDef<any>, CommandDef<any>?]> {
-  const name = rawArgs.find((a) => !a.startsWith("-"));
-  if (name && name in subCommands) return [await subCommands[name as keyof typeof subCommands](), main];
-  return [main];
+/** citty's usage text, without colour when it is not for a terminal and without trailing spaces. */
+export async function help(command: CommandDef<any>, parent: CommandDef<any> | undefined, io: Pick<CliIO, "colour">): Promise<string> {
+  const text = await renderUsage(command, parent);
+  return (io.colour ? text : stripAnsi(text))
+    .split("\n")
+    .map((line) => line.replace(/\s+$/, ""))
+    .join("\n");
+}
+
+function stripAnsi(text: string): string {
+  return text.replace(/\x1b\[[0-9;]*m/g, "");
 }
 
 if (import.meta.main) {

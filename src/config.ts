@@ -2,11 +2,16 @@
  * router.toml → a typed, validated `Config`.
  *
  * The file is untrusted input: smol-toml parses it to `unknown`, one validator walks it and
- * either returns a `Config` or throws a `ConfigError` listing every problem with the file,
- * line, key, the bad value and what would be valid. Nothing here touches the network.
+ * either returns a `Config` or throws a `ConfigError` listing every problem with
+ * file:line:column of the value (or the flag that set it), the key, the bad value and what
+ * would be valid. Durations and sizes have bounds a running router can live with. Nothing
+ * here touches the network.
  */
+import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
+import { nearest } from "./_nearest.ts";
+import { tomlPositions, type KeyPosition } from "./_toml-positions.ts";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
 import { DEFAULT_CACHE_AWARE, POLICY_NAMES, type CacheAwareOptions, type PolicyName } from "./route/options.ts";
 
@@ -140,17 +145,34 @@ const KNOWN: Record<string, readonly string[]> = {
 
 export interface LoadOptions {
   env?: Env;
-  /** Values that replace the file's (CLI flags), by dotted key, validated like the file's. */
-  overrides?: Record<string, unknown>;
+  /**
+   * Values that replace the file's, by dotted key, validated like the file's; `flag` is
+   * the command-line flag that set it, named in its error instead of the file's line.
+   */
+  overrides?: Record<string, { value: unknown; flag: string }>;
+  /**
+   * Resolve `env:NAME` secrets (default true). `llmroute status` only needs the address and
+   * must work where the service's secrets are not exported: it passes false, and secrets
+   * are then checked for shape only and left as written.
+   */
+  resolveSecrets?: boolean;
 }
 
 /** Read and validate a config file. Throws ConfigError (exit code 2) on any problem. */
 export async function loadConfigFile(path: string, options: LoadOptions = {}): Promise<Config> {
-  const file = Bun.file(path);
-  if (!(await file.exists())) {
-    throw new ConfigError([{ file: path, key: "(file)", reason: "no such file; pass --config FILE or create ./router.toml" }]);
+  const unreadable = (reason: string, cause?: unknown) => new ConfigError([{ file: path, key: "(file)", reason }], { cause });
+  let text: string;
+  try {
+    if ((await stat(path)).isDirectory()) throw unreadable(`is a directory; pass the file, e.g. --config ${path.replace(/\/+$/, "")}/router.toml`);
+    text = await readFile(path, "utf8");
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    const code = (error as { code?: string }).code;
+    if (code === "ENOENT" || code === "ENOTDIR") throw unreadable("no such file; pass --config FILE or create ./router.toml", error);
+    if (code === "EACCES" || code === "EPERM") throw unreadable("permission denied (the file must be readable by the user llmroute runs as)", error);
+    throw unreadable(`cannot read: ${(error as Error).message}`, error);
   }
-  return parseConfig(await file.text(), path, options);
+  return parseConfig(text, path, options);
 }
 
 /** Parse TOML text into a Config; `file` names it in errors. Pure apart from reading `env`. */
@@ -161,12 +183,22 @@ export function parseConfig(text: string, file: string, options: LoadOptions = {
   } catch (error) {
     if (error instanceof TomlError) {
       const first = error.message.split("\n")[0]?.replace(/^Invalid TOML document: /, "") ?? "invalid TOML";
-      throw new ConfigError([{ file, line: error.line, key: "(syntax)", reason: first }], { cause: error });
+      throw new ConfigError([{ file, line: error.line, column: error.column, key: "(syntax)", reason: first }], { cause: error });
     }
     throw error;
   }
-  for (const [path, value] of Object.entries(options.overrides ?? {})) setPath(raw, path, value);
-  return validateConfig(raw, { file, lines: keyLines(text), env: options.env ?? process.env });
+  const flags = new Map<string, string>();
+  for (const [path, { value, flag }] of Object.entries(options.overrides ?? {})) {
+    setPath(raw, path, value);
+    flags.set(path, flag);
+  }
+  return validateConfig(raw, {
+    file,
+    where: tomlPositions(text),
+    flags,
+    env: options.env ?? process.env,
+    resolveSecrets: options.resolveSecrets ?? true,
+  });
 }
 
 function setPath(root: unknown, path: string, value: unknown): void {
@@ -181,9 +213,27 @@ function setPath(root: unknown, path: string, value: unknown): void {
 
 interface Ctx {
   file: string;
-  lines: Map<string, number>;
+  /** Where each key and value is in the file. */
+  where: Map<string, KeyPosition>;
+  /** Keys set by a command-line flag: the flag's name. */
+  flags: Map<string, string>;
   env: Env;
+  resolveSecrets: boolean;
   issues: ConfigIssue[];
+}
+
+/** Record a problem at the key's value (or, for an unknown or missing key, the key itself) or the flag that set it. */
+function report(ctx: Ctx, path: string, part: "key" | "value", issue: { key?: string; value?: unknown; reason: string }): void {
+  const flag = part === "value" ? ctx.flags.get(path) : undefined;
+  const at = flag === undefined ? ctx.where.get(path)?.[part] : undefined;
+  ctx.issues.push({
+    file: ctx.file,
+    ...(at ? { line: at.line, column: at.column } : {}),
+    ...(flag === undefined ? {} : { flag }),
+    key: issue.key ?? path,
+    ...(issue.value === undefined ? {} : { value: issue.value }),
+    reason: issue.reason,
+  });
 }
 
 function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
@@ -206,6 +256,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
   }
 
   const adminListen = optionalField(ctx, server, "server.admin_listen", listenAddress);
+  const secretCheck = ctx.resolveSecrets ? secret(ctx.env) : secretShape;
   const stateFile = optionalField(ctx, routing, "routing.state_file", nonEmptyString);
 
   const config: Config = {
@@ -213,10 +264,11 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
     server: {
       listen: field(ctx, server, "server.listen", DEFAULTS.server.listen, listenAddress),
       ...(adminListen === undefined ? {} : { admin_listen: adminListen }),
-      max_body_bytes: field(ctx, server, "server.max_body", DEFAULTS.server.max_body, byteSize),
-      api_keys: field(ctx, server, "server.api_keys", DEFAULTS.server.api_keys, arrayOf(secret(ctx.env))),
+      max_body_bytes: field(ctx, server, "server.max_body", DEFAULTS.server.max_body, atLeastBytes(1024)),
+      api_keys: field(ctx, server, "server.api_keys", DEFAULTS.server.api_keys, arrayOf(secretCheck)),
       log_format: field(ctx, server, "server.log_format", DEFAULTS.server.log_format, oneOf(LOG_FORMATS)),
-      drain_timeout_ms: field(ctx, server, "server.drain_timeout", DEFAULTS.server.drain_timeout, duration),
+      // 0 is allowed: stop at once, cutting what is in flight.
+      drain_timeout_ms: field(ctx, server, "server.drain_timeout", DEFAULTS.server.drain_timeout, durationFrom(0)),
     },
     routing: {
       policy,
@@ -224,38 +276,52 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
       max_attempts: field(ctx, routing, "routing.max_attempts", DEFAULTS.routing.max_attempts, integer(1, 16)),
       chunk_chars: field(ctx, routing, "routing.chunk_chars", DEFAULTS.routing.chunk_chars, integer(64, 1 << 20)),
       index_max_entries: field(ctx, routing, "routing.index_max_entries", DEFAULTS.routing.index_max_entries, integer(1)),
-      index_ttl_ms: field(ctx, routing, "routing.index_ttl", DEFAULTS.routing.index_ttl, duration),
+      index_ttl_ms: field(ctx, routing, "routing.index_ttl", DEFAULTS.routing.index_ttl, durationFrom(1000)),
       ...(stateFile === undefined ? {} : { state_file: stateFile }),
-      capacity_window_ms: field(ctx, routing, "routing.capacity_window", DEFAULTS.routing.capacity_window, duration),
+      capacity_window_ms: field(ctx, routing, "routing.capacity_window", DEFAULTS.routing.capacity_window, durationFrom(1000)),
       cache_aware: {
         min_match_ratio: field(ctx, cacheAware, "routing.cache_aware.min_match_ratio", DEFAULTS.cache_aware.min_match_ratio, fraction),
         balance_abs: field(ctx, cacheAware, "routing.cache_aware.balance_abs", DEFAULTS.cache_aware.balance_abs, integer(1)),
         balance_rel: field(ctx, cacheAware, "routing.cache_aware.balance_rel", DEFAULTS.cache_aware.balance_rel, number(1)),
       },
-      connect_timeout_ms: field(ctx, routing, "routing.connect_timeout", DEFAULTS.routing.connect_timeout, duration),
-      first_byte_timeout_ms: field(ctx, routing, "routing.first_byte_timeout", DEFAULTS.routing.first_byte_timeout, duration),
-      stream_idle_timeout_ms: field(ctx, routing, "routing.stream_idle_timeout", DEFAULTS.routing.stream_idle_timeout, duration),
-      state_interval_ms: field(ctx, routing, "routing.state_interval", DEFAULTS.routing.state_interval, duration),
+      connect_timeout_ms: field(ctx, routing, "routing.connect_timeout", DEFAULTS.routing.connect_timeout, durationFrom(1)),
+      first_byte_timeout_ms: field(ctx, routing, "routing.first_byte_timeout", DEFAULTS.routing.first_byte_timeout, durationFrom(1)),
+      stream_idle_timeout_ms: field(ctx, routing, "routing.stream_idle_timeout", DEFAULTS.routing.stream_idle_timeout, durationFrom(1)),
+      state_interval_ms: field(ctx, routing, "routing.state_interval", DEFAULTS.routing.state_interval, durationFrom(1000)),
     },
     health: {
-      interval_ms: field(ctx, health, "health.interval", DEFAULTS.health.interval, duration),
+      interval_ms: field(ctx, health, "health.interval", DEFAULTS.health.interval, durationFrom(100)),
       path: field(ctx, health, "health.path", DEFAULTS.health.path, urlPath),
-      timeout_ms: field(ctx, health, "health.timeout", DEFAULTS.health.timeout, duration),
+      timeout_ms: field(ctx, health, "health.timeout", DEFAULTS.health.timeout, durationFrom(100)),
       failures: field(ctx, health, "health.failures", DEFAULTS.health.failures, integer(1, 100)),
     },
     ...(cluster === undefined
       ? {}
       : {
           cluster: {
-            redis: field(ctx, cluster, "cluster.redis", undefined, redisUrl(ctx.env)),
+            redis: field(ctx, cluster, "cluster.redis", undefined, redisUrl(ctx.env, ctx.resolveSecrets)),
             name: field(ctx, cluster, "cluster.name", defaultInstanceName(root), instanceName),
-            catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, duration),
+            // 0 is allowed: do not wait.
+            catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, durationFrom(0)),
           },
         }),
     replicas: replicas(ctx, root.replica),
   };
 
-  if (ctx.issues.length > 0) throw new ConfigError(ctx.issues);
+  // A check that outlives its interval overlaps the next one and a slow engine is never
+  // seen as down: the timeout must be the shorter. Unset, it follows a short interval
+  // (half of it) instead of making the user set both.
+  const { interval_ms: interval, timeout_ms: timeout } = config.health;
+  if (interval !== undefined && timeout !== undefined && timeout >= interval) {
+    if (health.timeout === undefined) config.health.timeout_ms = Math.max(50, Math.floor(interval / 2));
+    else report(ctx, "health.timeout", "value", { value: health.timeout, reason: `must be shorter than health.interval (${formatMs(interval)})` });
+  }
+
+  if (ctx.issues.length > 0) {
+    // In file order, as an editor lists them; flags and the environment first, file-wide last.
+    const rank = (i: ConfigIssue) => (i.flag !== undefined || i.file !== ctx.file ? -1 : i.line === undefined ? Infinity : i.line * 1e6 + (i.column ?? 0));
+    throw new ConfigError([...ctx.issues].sort((a, b) => rank(a) - rank(b)));
+  }
   return config;
 }
 
@@ -265,7 +331,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
     return [];
   }
   if (!Array.isArray(raw)) {
-    ctx.issues.push({ file: ctx.file, line: ctx.lines.get("replica"), key: "replica", reason: "must be an array of tables: write [[replica]]" });
+    report(ctx, "replica", "key", { reason: "must be an array of tables: write [[replica]]" });
     return [];
   }
   const seen = new Map<string, number>();
@@ -277,11 +343,11 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
     const url = field(ctx, t, `${prefix}.url`, undefined, httpUrl);
     if (name !== undefined) {
       if (seen.has(name)) {
-        ctx.issues.push({ file: ctx.file, line: ctx.lines.get(`${prefix}.name`), key: `${prefix}.name`, value: name, reason: `duplicate name (also replica[${seen.get(name)}])` });
+        report(ctx, `${prefix}.name`, "value", { value: name, reason: `duplicate name (also replica[${seen.get(name)}])` });
       }
       seen.set(name, i);
     }
-    const apiKey = optionalField(ctx, t, `${prefix}.api_key`, secret(ctx.env));
+    const apiKey = optionalField(ctx, t, `${prefix}.api_key`, ctx.resolveSecrets ? secret(ctx.env) : secretShape);
     const metrics = optionalField(ctx, t, `${prefix}.metrics`, metricsPath);
     const healthPath = optionalField(ctx, t, `${prefix}.health_path`, urlPath);
     return {
@@ -309,7 +375,7 @@ function table(ctx: Ctx, parent: Record<string, unknown>, key: string, path = ke
   const value = parent[key];
   if (value === undefined) return {};
   if (asTable(value) !== value) {
-    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path), key: path, value, reason: `must be a table: write [${path}]` });
+    report(ctx, path, "value", { value, reason: `must be a table: write [${path}]` });
     return {};
   }
   checkUnknown(ctx, path, value as Record<string, unknown>);
@@ -323,7 +389,7 @@ function checkUnknown(ctx: Ctx, path: string, t: Record<string, unknown>, schema
     const full = path === "" ? key : `${path}.${key}`;
     const near = nearest(key, known);
     const hint = near === undefined ? `known keys here: ${known.join(", ")}` : `did you mean "${near}"?`;
-    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(full), key: full, reason: `unknown key; ${hint}` });
+    report(ctx, full, "key", { reason: `unknown key; ${hint}` });
   }
 }
 
@@ -331,12 +397,12 @@ function field<T>(ctx: Ctx, t: Record<string, unknown>, path: string, fallback: 
   const key = path.slice(path.lastIndexOf(".") + 1);
   const value = t[key] ?? fallback;
   if (value === undefined) {
-    ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path.slice(0, path.lastIndexOf("."))), key: path, reason: "is required" });
+    report(ctx, path.slice(0, path.lastIndexOf(".")), "key", { key: path, reason: "is required" });
     return undefined as T;
   }
   const checked = check(value);
   if (checked.ok) return checked.value;
-  ctx.issues.push({ file: ctx.file, line: ctx.lines.get(path), key: path, value: redact(path, value), reason: checked.reason });
+  report(ctx, path, "value", { value: redact(path, value), reason: checked.reason });
   return undefined as T;
 }
 
@@ -423,6 +489,10 @@ const metricsPath: Check<string> = (v) => {
   return bad("must be true (scrape /metrics) or a path starting with \"/\"");
 };
 
+/** A secret as written, unresolved (`resolveSecrets: false`). */
+const secretShape: Check<string> = (v) =>
+  typeof v === "string" && v !== "" && v !== "env:" ? ok(v) : bad("must be a non-empty string or \"env:NAME\"");
+
 function secret(env: Env): Check<string> {
   return (v) => {
     if (typeof v !== "string" || v === "") return bad("must be a non-empty string or \"env:NAME\"");
@@ -434,8 +504,9 @@ function secret(env: Env): Check<string> {
 }
 
 /** A redis:// or rediss:// URL, literal or "env:NAME" (the whole URL, password included). */
-function redisUrl(env: Env): Check<string> {
+function redisUrl(env: Env, resolve: boolean): Check<string> {
   return (v) => {
+    if (!resolve && typeof v === "string" && v.startsWith("env:")) return secretShape(v);
     const resolved = secret(env)(v);
     if (!resolved.ok) return bad(`${resolved.reason}; e.g. "redis://127.0.0.1:6379" or "env:LLMROUTE_REDIS_URL"`);
     let url: URL;
@@ -482,6 +553,28 @@ export const duration: Check<number> = (v) => {
   return ok(Math.round(Number(m[1]) * unit));
 };
 
+/** Timers longer than this (2^31 − 1 ms, ~24.8 days) fire at once in Bun and Node: a busy loop. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A duration of at least `minMs` (0 allowed when minMs is 0) that a timer can hold. */
+function durationFrom(minMs: number): Check<number> {
+  return (v) => {
+    const d = duration(v);
+    if (!d.ok) return d;
+    if (d.value < minMs) return bad(minMs <= 1 ? "must be longer than 0" : `must be at least ${formatMs(minMs)}`);
+    if (d.value > MAX_TIMER_MS) return bad("must be at most 596h (the longest timer a process can set)");
+    return d;
+  };
+}
+
+function atLeastBytes(min: number): Check<number> {
+  return (v) => {
+    const b = byteSize(v);
+    if (!b.ok) return b;
+    return b.value >= min ? b : bad(`must be at least ${min === 1024 ? "1KiB" : `${min} bytes`} (smaller rejects nearly every request)`);
+  };
+}
+
 /** "32MiB", "512KiB", "1MB", or an integer number of bytes. */
 export const byteSize: Check<number> = (v) => {
   if (typeof v === "number" && Number.isInteger(v) && v > 0) return ok(v);
@@ -491,72 +584,15 @@ export const byteSize: Check<number> = (v) => {
   return ok(Math.round(Number(m[1]) * mult));
 };
 
-// ---------------------------------------------------------------------------------------
-// where keys are: smol-toml keeps no positions, so scan the text for headers and `key =`.
-
-/** Map dotted key paths ("server.listen", "replica[1].url", "routing") to 1-based lines. */
-export function keyLines(text: string): Map<string, number> {
-  const lines = new Map<string, number>();
-  const arrayCounts = new Map<string, number>();
-  let current = "";
-  text.split(/\r?\n/).forEach((raw, i) => {
-    const line = raw.trim();
-    const n = i + 1;
-    let m = /^\[\[\s*([A-Za-z0-9_.-]+)\s*\]\]/.exec(line);
-    if (m) {
-      const name = m[1]!;
-      const index = arrayCounts.get(name) ?? 0;
-      arrayCounts.set(name, index + 1);
-      current = `${name}[${index}]`;
-      if (!lines.has(name)) lines.set(name, n);
-      lines.set(current, n);
-      return;
-    }
-    m = /^\[\s*([A-Za-z0-9_.-]+)\s*\]/.exec(line);
-    if (m) {
-      current = m[1]!;
-      lines.set(current, n);
-      return;
-    }
-    m = /^([A-Za-z0-9_-]+|"[^"]*")\s*=/.exec(line);
-    if (m) {
-      const key = m[1]!.replace(/^"|"$/g, "");
-      lines.set(current === "" ? key : `${current}.${key}`, n);
-    }
-  });
-  return lines;
-}
-
-/** The known word closest to `word` by edit distance, if it is close enough to be a typo. */
-export function nearest(word: string, known: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1;
-  for (const candidate of known) {
-    const d = editDistance(word.toLowerCase(), candidate.toLowerCase());
-    if (d < bestDistance) {
-      best = candidate;
-      bestDistance = d;
-    }
-  }
-  return best;
-}
-
-function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = row;
-  }
-  return prev[b.length]!;
+/** Milliseconds in the config's own duration syntax: 30000 → "30s". */
+export function formatMs(n: number): string {
+  return n % 3_600_000 === 0 && n > 0 ? `${n / 3_600_000}h` : n % 60_000 === 0 && n > 0 ? `${n / 60_000}m` : n % 1000 === 0 && n > 0 ? `${n / 1000}s` : `${n}ms`;
 }
 
 /** The resolved config as TOML-ish text for `llmroute check`, with secrets masked. */
 export function describeConfig(config: Config): string {
   const listen = (l: Listen) => `${l.host.includes(":") ? `[${l.host}]` : l.host}:${l.port}`;
-  const ms = (n: number) => (n % 3_600_000 === 0 ? `${n / 3_600_000}h` : n % 60_000 === 0 ? `${n / 60_000}m` : n % 1000 === 0 ? `${n / 1000}s` : `${n}ms`);
+  const ms = formatMs;
   const out = [
     `# resolved from ${config.file}`,
     "[server]",

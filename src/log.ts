@@ -2,7 +2,12 @@
  * The router's log: one line per event, human on a TTY, JSON lines for journald/Loki.
  * Fields are explicit key/values chosen by the caller; prompts and secrets never reach it.
  * The sink is injectable so tests read lines from an array.
+ *
+ * Under systemd, when stderr is the journal, each line starts with its syslog priority
+ * (`<4>` for a warning): journald strips the prefix and files the line at that priority,
+ * so `journalctl -p warning -u llmroute` shows a replica going down and nothing else.
  */
+import { fstatSync } from "node:fs";
 import type { LogFormat } from "./config.ts";
 
 export type Level = "debug" | "info" | "warn" | "error";
@@ -22,23 +27,49 @@ export interface LogOptions {
   isTTY?: boolean;
   debug?: boolean;
   now?: () => Date;
+  /** Prefix lines with syslog priorities; default: detected with `stderrIsJournal()`. */
+  journal?: boolean;
+}
+
+/** sd-daemon(3) priority prefixes: journald reads them off the start of each line. */
+export const SYSLOG_PRIORITY: Record<Level, string> = { error: "<3>", warn: "<4>", info: "<6>", debug: "<7>" };
+
+/**
+ * Is stderr connected to the journal? systemd sets JOURNAL_STREAM to "device:inode" of the
+ * stream it gives the service (systemd.exec(5)); it is only ours if stderr is still that
+ * stream — a child whose stderr was redirected inherits the variable but not the stream.
+ */
+export function stderrIsJournal(
+  env: Record<string, string | undefined> = process.env,
+  stat: () => { dev: number | bigint; ino: number | bigint } = () => fstatSync(2),
+): boolean {
+  const stream = env.JOURNAL_STREAM;
+  if (!stream || !/^\d+:\d+$/.test(stream)) return false;
+  try {
+    const { dev, ino } = stat();
+    return stream === `${dev}:${ino}`;
+  } catch {
+    return false;
+  }
 }
 
 const COLOURS: Record<Level, string> = { debug: "\x1b[90m", info: "\x1b[36m", warn: "\x1b[33m", error: "\x1b[31m" };
 
 export function createLog(options: LogOptions): Log {
-  const write = options.write ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const sink = options.write ?? ((line: string) => process.stderr.write(`${line}\n`));
   const tty = options.isTTY ?? Boolean(process.stderr.isTTY);
   const json = options.format === "json" || (options.format === "auto" && !tty);
   const colour = tty && !process.env.NO_COLOR;
   const now = options.now ?? (() => new Date());
+  const journal = options.journal ?? (options.write === undefined && stderrIsJournal());
+  const write = journal ? (level: Level, line: string) => sink(`${SYSLOG_PRIORITY[level]}${line}`) : (_: Level, line: string) => sink(line);
 
   const emit = (level: Level, msg: string, fields: Fields = {}) => {
     if (level === "debug" && !options.debug) return;
     if (json) {
       const record: Record<string, unknown> = { time: now().toISOString(), level, msg };
       for (const [k, v] of Object.entries(fields)) if (v !== undefined && v !== null) record[k] = v;
-      write(JSON.stringify(record));
+      write(level, JSON.stringify(record));
       return;
     }
     const parts = Object.entries(fields)
@@ -46,7 +77,7 @@ export function createLog(options: LogOptions): Log {
       .map(([k, v]) => `${k}=${typeof v === "string" && /\s/.test(v) ? JSON.stringify(v) : v}`);
     const time = now().toISOString().slice(11, 23);
     const tag = colour ? `${COLOURS[level]}${level.padEnd(5)}\x1b[0m` : level.padEnd(5);
-    write(`${time} ${tag} ${msg}${parts.length ? ` ${parts.join(" ")}` : ""}`);
+    write(level, `${time} ${tag} ${msg}${parts.length ? ` ${parts.join(" ")}` : ""}`);
   };
 
   return {

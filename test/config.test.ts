@@ -1,6 +1,7 @@
 import { describe, expect, it } from "bun:test";
-import { keyLines, loadConfigFile, parseConfig } from "../src/config.ts";
-import { ConfigError } from "../src/errors.ts";
+import { mkdtemp } from "node:fs/promises";
+import { loadConfigFile, parseConfig, type Config } from "../src/config.ts";
+import { ConfigError, formatIssue } from "../src/errors.ts";
 import { runCli } from "./helpers/proc.ts";
 
 const MIN = `[[replica]]\nname = "gpu0"\nurl = "http://127.0.0.1:8001"\n`;
@@ -45,22 +46,44 @@ describe("valid configs", () => {
     ["2m", 120_000],
     ["1.5s", 1500],
   ])("duration %s = %d ms", (text, ms) => {
-    expect(parseConfig(`[health]\ninterval = "${text}"\n${MIN}`, "r.toml", { env: {} }).health.interval_ms).toBe(ms);
+    expect(parseConfig(`[routing]\nconnect_timeout = "${text}"\n${MIN}`, "r.toml", { env: {} }).routing.connect_timeout_ms).toBe(ms);
+  });
+
+  it.each([
+    ["drain_timeout 0 (stop at once)", `[server]\ndrain_timeout = "0s"\n`, (c: Config) => c.server.drain_timeout_ms, 0],
+    ["cluster.catch_up_timeout 0 (serve at once)", `[cluster]\nredis = "redis://127.0.0.1:6379"\ncatch_up_timeout = "0s"\n`, (c: Config) => c.cluster!.catch_up_timeout_ms, 0],
+    ["the smallest health interval and timeout", `[health]\ninterval = "200ms"\ntimeout = "100ms"\n`, (c: Config) => c.health.timeout_ms, 100],
+    ["an interval under the default timeout: the timeout follows it (half)", `[health]\ninterval = "2s"\n`, (c: Config) => c.health.timeout_ms, 1000],
+    ["max_body of 1KiB", `[server]\nmax_body = "1KiB"\n`, (c: Config) => c.server.max_body_bytes, 1024],
+    ["a routing timeout of 1ms", `[routing]\nstream_idle_timeout = "1ms"\n`, (c: Config) => c.routing.stream_idle_timeout_ms, 1],
+    ["state_interval of 1s", `[routing]\nstate_interval = "1s"\n`, (c: Config) => c.routing.state_interval_ms, 1000],
+  ])("at the bounds: %s", (_name, text, read, expected) => {
+    expect(read(parseConfig(`${text}${MIN}`, "r.toml", { env: {} }))).toBe(expected);
   });
 });
 
-describe("every error names file, line, key, value and what is allowed", () => {
+describe("every error names file:line:column of the value, the key, the value and what is allowed", () => {
   it.each([
-    ["unknown key with a suggestion", `[routing]\npolcy = "hybrid"\n${MIN}`, { line: 2, key: "routing.polcy", reason: /did you mean "policy"/ }],
-    ["bad policy", `[routing]\npolicy = "hybird"\n${MIN}`, { line: 2, key: "routing.policy", value: "hybird", reason: /one of roundrobin \| random .*did you mean "hybrid"/ }],
-    ["negative threshold", `[routing]\nmax_inflight = -1\n${MIN}`, { line: 2, key: "routing.max_inflight", value: -1, reason: /integer from 0/ }],
-    ["bad duration", `[health]\ninterval = 10\n${MIN}`, { line: 2, key: "health.interval", value: 10, reason: /duration string like "500ms"/ }],
-    ["bad listen", `[server]\nlisten = "localhost"\n${MIN}`, { line: 2, key: "server.listen", reason: /host:port/ }],
-    ["bad url", `[[replica]]\nname = "a"\nurl = "ftp://x"\n`, { line: 3, key: "replica[0].url", value: "ftp://x", reason: /http:\/\/ or https:\/\// }],
-    ["missing url", `[[replica]]\nname = "a"\n`, { line: 1, key: "replica[0].url", reason: /required/ }],
+    ["unknown key with a suggestion", `[routing]\npolcy = "hybrid"\n${MIN}`, { line: 2, column: 1, key: "routing.polcy", reason: /did you mean "policy"/ }],
+    ["bad policy", `[routing]\npolicy = "hybird"\n${MIN}`, { line: 2, column: 10, key: "routing.policy", value: "hybird", reason: /one of roundrobin \| random .*did you mean "hybrid"/ }],
+    ["negative threshold", `[routing]\nmax_inflight = -1\n${MIN}`, { line: 2, column: 16, key: "routing.max_inflight", value: -1, reason: /integer from 0/ }],
+    ["bad duration", `[health]\ninterval = 10\n${MIN}`, { line: 2, column: 12, key: "health.interval", value: 10, reason: /duration string like "500ms"/ }],
+    ["bad listen", `[server]\nlisten = "localhost"\n${MIN}`, { line: 2, column: 10, key: "server.listen", reason: /host:port/ }],
+    ["bad url", `[[replica]]\nname = "a"\nurl = "ftp://x"\n`, { line: 3, column: 7, key: "replica[0].url", value: "ftp://x", reason: /http:\/\/ or https:\/\// }],
+    ["bad url in the second replica", `${MIN}\n[[replica]]\nname = "b"\n  url   =   "nope"\n`, { line: 7, column: 13, key: "replica[1].url", value: "nope" }],
+    ["missing url: at the table's header", `[server]\n[[replica]]\nname = "a"\n`, { line: 2, column: 1, key: "replica[0].url", reason: /required/ }],
     ["no replicas", `[server]\nlisten = "127.0.0.1:1"\n`, { key: "replica", reason: /at least one \[\[replica\]\]/ }],
-    ["unknown replica key", `${MIN}kv_token = 5\n`, { line: 4, key: "replica[0].kv_token", reason: /did you mean "kv_tokens"/ }],
-    ["syntax error", `[server\nlisten = 1\n`, { line: 1, key: "(syntax)" }],
+    ["unknown replica key", `${MIN}kv_token = 5\n`, { line: 4, column: 1, key: "replica[0].kv_token", reason: /did you mean "kv_tokens"/ }],
+    ["a dotted key at the root", `routing.cache_aware.min_match_ratio = 5\n${MIN}`, { line: 1, column: 39, key: "routing.cache_aware.min_match_ratio", value: 5, reason: /from 0 to 1/ }],
+    ["a dotted key in a table", `[routing]\ncache_aware.balance_abs = 0\n${MIN}`, { line: 2, column: 27, key: "routing.cache_aware.balance_abs", value: 0 }],
+    ["an inline table", `[routing]\ncache_aware = { balance_rel = 1.5, min_match_ratio = 5 }\n${MIN}`, { line: 2, column: 54, key: "routing.cache_aware.min_match_ratio", value: 5 }],
+    ["an unknown key in an inline table", `[routing]\ncache_aware = { min_mach_ratio = 1 }\n${MIN}`, { line: 2, column: 17, key: "routing.cache_aware.min_mach_ratio", reason: /did you mean "min_match_ratio"/ }],
+    ["an unknown dotted key at the root", `routng.policy = "x"\n${MIN}`, { line: 1, column: 1, key: "routng", reason: /did you mean "routing"/ }],
+    ["a quoted key", `[routing]\n"policy" = "nope"\n${MIN}`, { line: 2, column: 12, key: "routing.policy", value: "nope" }],
+    ["a table written as a value", `routing = 5\n${MIN}`, { line: 1, column: 11, key: "routing", reason: /must be a table/ }],
+    ["after a multi-line string holding TOML", `[server]\nlisten = "127.0.0.1:1"\n[[replica]]\nname = "a"\nurl = """\n[routing]\npolicy = 1\n"""\n`, { line: 5, column: 7, key: "replica[0].url" }],
+    ["syntax error: line and column", `[server\nlisten = 1\n`, { line: 1, column: 8, key: "(syntax)" }],
+    ["syntax error: a redefined key", `${MIN}name = "b"\n`, { line: 4, column: 1, key: "(syntax)", reason: /redefine/ }],
   ])("%s", (_name, text, expected) => {
     const found = issues(text);
     expect(found).toHaveLength(1);
@@ -71,11 +94,11 @@ describe("every error names file, line, key, value and what is allowed", () => {
 
   it("duplicate replica names point at the second one", () => {
     const found = issues(`${MIN}\n${MIN}`);
-    expect(found[0]).toMatchObject({ line: 6, key: "replica[1].name", value: "gpu0", reason: "duplicate name (also replica[0])" });
+    expect(found[0]).toMatchObject({ line: 6, column: 8, key: "replica[1].name", value: "gpu0", reason: "duplicate name (also replica[0])" });
   });
 
   it("a missing env var for a key is an error, and a literal secret is never echoed", () => {
-    expect(issues(`${MIN}api_key = "env:NOPE"\n`)[0]).toMatchObject({ key: "replica[0].api_key", value: "env:NOPE", reason: expect.stringMatching(/NOPE is not set/) });
+    expect(issues(`${MIN}api_key = "env:NOPE"\n`)[0]).toMatchObject({ line: 4, column: 11, key: "replica[0].api_key", value: "env:NOPE", reason: expect.stringMatching(/NOPE is not set/) });
     expect(issues(`[server]\napi_keys = "hunter2"\n${MIN}`)[0]!.value).toBe("<redacted>");
   });
 
@@ -86,21 +109,94 @@ describe("every error names file, line, key, value and what is allowed", () => {
   it("reports all problems at once", () => {
     expect(issues(`[routing]\npolicy = "x"\nmax_attempts = 0\n[[replica]]\nname = "bad name"\nurl = "nope"\n`)).toHaveLength(4);
   });
+
+  it("lists problems in file order, whatever order the validator met them", () => {
+    const found = issues(`[[replica]]\nname = "a"\nurl = "nope"\n[server]\nmax_body = 1\n[routing]\npolcy = 1\n`);
+    expect(found.map((i) => `${i.line}:${i.column} ${i.key}`)).toEqual(["3:7 replica[0].url", "5:12 server.max_body", "7:1 routing.polcy"]);
+  });
+
+  it("formats as file:line:column: key = value: reason", () => {
+    expect(formatIssue(issues(`[routing]\npolicy = "hybird"\n${MIN}`)[0]!)).toStartWith('r.toml:2:10: routing.policy = "hybird": must be one of');
+  });
 });
 
-it("keyLines maps headers, keys and array tables to lines", () => {
-  const lines = keyLines(`# c\n[server]\nlisten = "x" # c\n\n[[replica]]\nname = "a"\n[[replica]]\nname = "b"\n[routing.cache_aware]\nbalance_abs = 1\n`);
-  expect(Object.fromEntries(lines)).toMatchObject({ server: 2, "server.listen": 3, "replica[0]": 5, "replica[0].name": 6, "replica[1].name": 8, "routing.cache_aware.balance_abs": 10 });
+describe("bounds: durations and sizes a running router can live with (issue 10)", () => {
+  it.each([
+    ["health.interval 0s (a busy loop)", `[health]\ninterval = "0s"\n`, { key: "health.interval", value: "0s", line: 2, column: 12, reason: /at least 100ms/ }],
+    ["health.interval 50ms", `[health]\ninterval = "50ms"\n`, { key: "health.interval", reason: /at least 100ms/ }],
+    ["health.timeout 0ms (every check fails)", `[health]\ntimeout = "0ms"\n`, { key: "health.timeout", line: 2, column: 11, reason: /at least 100ms/ }],
+    ["health.timeout not shorter than the interval", `[health]\ninterval = "1s"\ntimeout = "1s"\n`, { key: "health.timeout", line: 3, column: 11, reason: /shorter than health.interval \(1s\)/ }],
+    ["max_body 0.1B (rejects every body)", `[server]\nmax_body = "0.1B"\n`, { key: "server.max_body", line: 2, column: 12, reason: /at least 1KiB/ }],
+    ["max_body 1000 bytes", `[server]\nmax_body = 1000\n`, { key: "server.max_body", reason: /at least 1KiB/ }],
+    ["routing.connect_timeout 0s", `[routing]\nconnect_timeout = "0s"\n`, { key: "routing.connect_timeout", reason: /longer than 0/ }],
+    ["routing.first_byte_timeout 0.1ms (rounds to 0)", `[routing]\nfirst_byte_timeout = "0.1ms"\n`, { key: "routing.first_byte_timeout", reason: /longer than 0/ }],
+    ["routing.stream_idle_timeout 0s", `[routing]\nstream_idle_timeout = "0s"\n`, { key: "routing.stream_idle_timeout", reason: /longer than 0/ }],
+    ["routing.state_interval 500ms", `[routing]\nstate_interval = "500ms"\n`, { key: "routing.state_interval", reason: /at least 1s/ }],
+    ["routing.index_ttl 0s", `[routing]\nindex_ttl = "0s"\n`, { key: "routing.index_ttl", reason: /at least 1s/ }],
+    ["routing.capacity_window 0s", `[routing]\ncapacity_window = "0s"\n`, { key: "routing.capacity_window", reason: /at least 1s/ }],
+    ["a duration no timer can hold", `[routing]\nfirst_byte_timeout = "1000h"\n`, { key: "routing.first_byte_timeout", reason: /at most 596h/ }],
+    ["server.drain_timeout over the timer limit", `[server]\ndrain_timeout = "700h"\n`, { key: "server.drain_timeout", reason: /at most 596h/ }],
+  ])("%s", (_name, text, expected) => {
+    const found = issues(`${text}${MIN}`);
+    expect(found).toHaveLength(1);
+    const { reason, ...rest } = expected as { reason: RegExp };
+    expect(found[0]).toMatchObject({ file: "r.toml", ...rest });
+    expect(found[0]!.reason).toMatch(reason);
+  });
+});
+
+describe("values from flags and secrets", () => {
+  it("a flag's error names the flag as typed, not the file's line", () => {
+    let error: unknown;
+    try {
+      parseConfig(`[server]\nlisten = "127.0.0.1:8080"\n${MIN}`, "r.toml", { env: {}, overrides: { "server.listen": { value: "8081", flag: "--listen" } } });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const [issue] = (error as ConfigError).issues;
+    expect(issue).toMatchObject({ flag: "--listen", value: "8081" });
+    expect(issue!.line).toBeUndefined();
+    expect((error as ConfigError).message).toBe('--listen 8081: must be "host:port" like "127.0.0.1:8080" (port 0 picks a free port)');
+  });
+
+  it("a flag's valid value replaces the file's", () => {
+    const c = parseConfig(`[server]\nlisten = "127.0.0.1:8080"\n${MIN}`, "r.toml", { env: {}, overrides: { "server.listen": { value: "127.0.0.1:0", flag: "--listen" } } });
+    expect(c.server.listen).toEqual({ host: "127.0.0.1", port: 0 });
+  });
+
+  it("resolveSecrets: false leaves env: secrets unresolved and unchecked against the environment", () => {
+    const text = `[server]\napi_keys = ["env:CLIENT_KEY"]\n[cluster]\nredis = "env:REDIS_URL"\n${MIN}api_key = "env:NOPE"\n`;
+    const c = parseConfig(text, "r.toml", { env: {}, resolveSecrets: false });
+    expect(c.replicas[0]!.api_key).toBe("env:NOPE");
+    expect(c.server.api_keys).toEqual(["env:CLIENT_KEY"]);
+    expect(c.cluster!.redis).toBe("env:REDIS_URL");
+    expect(() => parseConfig(text, "r.toml", { env: {} })).toThrow(ConfigError);
+  });
+});
+
+describe("reading the file", () => {
+  it.each([
+    ["a missing file", (dir: string) => `${dir}/nope.toml`, /^[^:]+nope\.toml: \(file\): no such file/],
+    ["a directory", (dir: string) => dir, /: \(file\): is a directory; pass the file, e\.g\. --config .*\/router\.toml/],
+    ["a path through a file", (dir: string) => `${dir}/router.toml/x.toml`, /: \(file\): no such file/],
+  ])("%s", async (_name, pathOf, message) => {
+    const dir = await mkdtemp("/tmp/llmroute-cfg-");
+    await Bun.write(`${dir}/router.toml`, MIN);
+    const error = await loadConfigFile(pathOf(dir)).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).message).toMatch(message);
+  });
 });
 
 describe("llmroute check (the CLI edge)", () => {
-  it("exits 2 and prints file:line: key for an invalid file", async () => {
-    const dir = await import("node:fs/promises").then((fs) => fs.mkdtemp("/tmp/llmroute-cfg-"));
+  it("exits 2 and prints file:line:column: key for an invalid file", async () => {
+    const dir = await mkdtemp("/tmp/llmroute-cfg-");
     const path = `${dir}/bad.toml`;
     await Bun.write(path, `[routing]\npolicy = "hybird"\n${MIN}`);
     const { code, stderr } = await runCli(["check", "--config", path]);
     expect(code).toBe(2);
-    expect(stderr).toContain(`${path}:2: routing.policy = "hybird": must be one of`);
+    expect(stderr).toContain(`${path}:2:10: routing.policy = "hybird": must be one of`);
   });
 
   it("exits 0 and prints the resolved config for a valid one", async () => {

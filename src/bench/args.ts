@@ -69,7 +69,7 @@ export const benchArgs = {
   config: { type: "string", description: "Bench the replicas of this router.toml instead of sims (no oracle)" },
   model: { type: "string", description: "Model to request (default: the sims' / the first replica's)" },
   policies: { type: "string", description: `Comma-separated policies (default ${DEFAULT_POLICIES.join(",")}; any of ${POLICY_NAMES.join(", ")})` },
-  oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims (--no-oracle to skip)", default: true },
+  oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims", negativeDescription: "Skip the oracle arm (it asks every sim what it holds, so it needs sims)", default: true },
   workload: { type: "string", description: `Comma-separated workloads (default all: ${WORKLOAD_NAMES.join(",")})` },
   "context-tokens": { type: "string", description: `agent: prompt tokens of the last turn (${DEFAULTS.agent.contextTokens})` },
   turns: { type: "string", description: `agent: turns in the conversation (${DEFAULTS.agent.turns})` },

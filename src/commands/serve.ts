@@ -1,7 +1,7 @@
 import { defineCommand } from "citty";
-import { LOG_FORMATS, loadConfigFile } from "../config.ts";
-import { LlmrouteError } from "../errors.ts";
-import { startRouter } from "../proxy/server.ts";
+import { LOG_FORMATS, loadConfigFile, type Config, type Listen } from "../config.ts";
+import { listenError, LlmrouteError } from "../errors.ts";
+import { startRouter, type RouterServer } from "../proxy/server.ts";
 
 export default defineCommand({
   meta: { name: "serve", description: "Run the router in front of the replicas in router.toml" },
@@ -11,11 +11,12 @@ export default defineCommand({
     "log-format": { type: "string", description: `Override server.log_format (${LOG_FORMATS.join(" | ")})` },
   },
   async run({ args }) {
-    const overrides: Record<string, unknown> = {};
-    if (args.listen !== undefined) overrides["server.listen"] = args.listen;
-    if (args["log-format"] !== undefined) overrides["server.log_format"] = args["log-format"];
+    const overrides: Record<string, { value: unknown; flag: string }> = {};
+    if (args.listen !== undefined) overrides["server.listen"] = { value: args.listen, flag: "--listen" };
+    if (args["log-format"] !== undefined) overrides["server.log_format"] = { value: args["log-format"], flag: "--log-format" };
     const load = () => loadConfigFile(args.config, { overrides });
-    const running = await startRouter(await load());
+    const config = await load();
+    const running = await listen(config, args.listen !== undefined);
 
     // SIGHUP reloads router.toml; an invalid file is rejected and the old config kept.
     process.on("SIGHUP", async () => {
@@ -37,3 +38,24 @@ export default defineCommand({
     return 0;
   },
 });
+
+/** Start the router; a bind failure becomes one clear error naming the listener and where its address came from. */
+async function listen(config: Config, listenFlag: boolean): Promise<RouterServer> {
+  try {
+    return await startRouter(config);
+  } catch (error) {
+    const { listen, admin_listen: admin } = config.server;
+    // Bun says only "Failed to start server. Is port N in use?": match N to a listener.
+    const port = Number(/port (\d+)/.exec(String((error as Error)?.message))?.[1]);
+    const isAdmin = admin !== undefined && port === admin.port && port !== listen.port;
+    const address = isAdmin
+      ? `${hostPort(admin)} (server.admin_listen in ${config.file})`
+      : `${hostPort(listen)} (${listenFlag ? "--listen" : `server.listen in ${config.file}`})`;
+    const hint = isAdmin ? "choose another server.admin_listen" : "choose another with --listen or server.listen (port 0 picks a free one)";
+    throw listenError(error, address, hint) ?? error;
+  }
+}
+
+function hostPort(l: Listen): string {
+  return `${l.host.includes(":") ? `[${l.host}]` : l.host}:${l.port}`;
+}

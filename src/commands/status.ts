@@ -3,29 +3,32 @@ import { loadConfigFile, type Listen } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
 import { describeFetchError } from "../fleet/fleet.ts";
 import { int, pct, table } from "../ops/table.ts";
-import type { StatusDocument } from "../ops/telemetry.ts";
+import type { ReplicaStatus, StatusDocument } from "../ops/telemetry.ts";
+
+const DEFAULT_CONFIG = "router.toml";
+const DEFAULT_URL = "http://127.0.0.1:8080";
 
 export default defineCommand({
   meta: { name: "status", description: "Show a running router's replicas, load, pins and capacity (exit 0 ok, 1 degraded, 2 unreachable)" },
   args: {
-    url: { type: "string", description: "Router (or admin listener) URL; default from --config, else http://127.0.0.1:8080" },
-    config: { type: "string", alias: "c", description: "Config file to find the router's address in", default: "router.toml" },
+    url: { type: "string", description: `Router (or admin listener) URL; default from --config, else ${DEFAULT_URL}` },
+    config: { type: "string", alias: "c", description: `Config file to find the router's address in (default ./${DEFAULT_CONFIG} when it exists)` },
     "api-key": { type: "string", description: "Key for a router with server.api_keys (default: env LLMROUTE_API_KEY)" },
     json: { type: "boolean", description: "Print the raw /status JSON" },
   },
   async run({ args }) {
-    const base = args.url ?? (await urlFromConfig(args.config));
+    const base = (args.url ?? (await urlFromConfig(args.config))).replace(/\/+$/, "");
     const key = args["api-key"] ?? process.env.LLMROUTE_API_KEY;
     let status: StatusDocument;
     try {
-      const res = await fetch(`${base.replace(/\/+$/, "")}/status`, {
+      const res = await fetch(`${base}/status`, {
         headers: key ? { authorization: `Bearer ${key}` } : {},
         signal: AbortSignal.timeout(5000),
       });
-      if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`);
+      if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
       status = (await res.json()) as StatusDocument;
     } catch (error) {
-      throw new LlmrouteError("unreachable", `cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+      throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
     }
     if (args.json) console.log(JSON.stringify(status, null, 2));
     else console.log(formatStatus(status, Date.now()));
@@ -33,17 +36,47 @@ export default defineCommand({
   },
 });
 
-async function urlFromConfig(path: string): Promise<string> {
-  const fallback = "http://127.0.0.1:8080";
-  if (!(await Bun.file(path).exists())) return fallback;
-  const config = await loadConfigFile(path);
+/** The API's error JSON carries the reason (e.g. where the admin listener is); anything else, its first 200 characters. */
+function errorMessage(body: string): string {
+  try {
+    const message = (JSON.parse(body) as { error?: { message?: unknown } }).error?.message;
+    if (typeof message === "string") return message;
+  } catch {
+    // not JSON: show it as it is
+  }
+  return body.slice(0, 200);
+}
+
+/**
+ * The admin listener (else the API listener) from the config. Only the address is needed,
+ * so `env:` secrets are not resolved: status works where the service's secrets are not
+ * exported. Without --config, a missing ./router.toml means the default address.
+ */
+async function urlFromConfig(path: string | undefined): Promise<string> {
+  if (path === undefined && !(await Bun.file(DEFAULT_CONFIG).exists())) return DEFAULT_URL;
+  const config = await loadConfigFile(path ?? DEFAULT_CONFIG, { resolveSecrets: false });
   const l: Listen = config.server.admin_listen ?? config.server.listen;
   const host = l.host === "0.0.0.0" ? "127.0.0.1" : l.host === "::" ? "::1" : l.host;
   return `http://${host.includes(":") ? `[${host}]` : host}:${l.port}`;
 }
 
+/**
+ * The hit rate explained, as shares of the prompt tokens routed here: cached somewhere in
+ * the fleet by the index (available), on this replica by the index (captured), and by the
+ * engine's own report (delivered). available > captured: placement lost hits; captured >
+ * delivered: the engine evicted what the index believed held.
+ */
+function hitCell(r: ReplicaStatus): string {
+  if (!(r.prompt_tokens > 0)) return "-";
+  const share = (n: number) => pct(Math.min(1, n / r.prompt_tokens));
+  return `${share(r.hit.available_tokens)}/${share(r.hit.captured_tokens)}/${share(r.hit.delivered_tokens)}`;
+}
+
 export function formatStatus(s: StatusDocument, now: number): string {
   const head = `llmroute ${s.version} · policy ${s.policy} · up ${duration(s.uptime_s)} · ${s.healthy}/${s.replicas.length} healthy · index ${int(s.index.entries)}/${int(s.index.max_entries)} entries`;
+  // A scrape happens with each passing health check; two intervals without one means the
+  // figures describe the past (the replica is down, or its /metrics fails).
+  const staleAfterMs = 2 * (s.health_interval_s ?? 10) * 1000 + 1000;
   const rows = s.replicas.map((r) => [
     r.name,
     r.healthy ? "up" : "DOWN",
@@ -51,18 +84,43 @@ export function formatStatus(s: StatusDocument, now: number): string {
     int(r.served),
     r.failovers,
     r.conversations,
-    r.kv_tokens > 0 ? `${int(r.working_set_tokens)} / ${int(r.kv_tokens)} ${pct(r.working_set_ratio)}` : `${int(r.working_set_tokens)} / ?`,
-    r.cached_ratio === null ? "-" : pct(r.cached_ratio),
-    r.engine ? engineCell(r.engine) : "-",
+    workingSet(r.working_set_tokens, r.kv_tokens),
+    hitCell(r),
+    r.engine ? engineCell(r.engine, now, staleAfterMs) : "-",
   ]);
-  const body = table(["REPLICA", "HEALTH", "INFLIGHT", "SERVED", "FAILOVERS", "CONVERSATIONS", `WORKING SET (${Math.round(s.capacity_window_s / 60)}m) / KV`, "CACHED", "ENGINE run/wait/kv"], rows, { right: [2, 3, 4, 5] });
+  const window = `WORKING SET (${Math.round(s.capacity_window_s / 60)}m) / KV`;
+  const body = table(["REPLICA", "HEALTH", "INFLIGHT", "SERVED", "FAILOVERS", "CONVERSATIONS", window, "HIT avail/capt/deliv", "ENGINE run/wait/kv"], rows, { right: [2, 3, 4, 5] });
+  const models = modelRows(s.replicas);
   const warnings = s.replicas.flatMap((r) =>
     r.warnings.map((w) => `  ${r.name}: ${w}${w.startsWith("down") && r.last_error ? ` (${duration((now - Date.parse(r.last_error.at)) / 1000)} ago)` : ""}`),
   );
-  return [head, "", body, ...(warnings.length ? ["", "warnings:", ...warnings] : [])].join("\n");
+  return [
+    head,
+    "",
+    body,
+    // Per model, because a model's prefixes can only live on the replicas that serve it:
+    // a fleet-wide sum counts other models' cards as room this model does not have.
+    ...(models.length > 0 ? ["", table(["MODEL", "REPLICAS", `${window} (its replicas, summed)`], models)] : []),
+    ...(warnings.length ? ["", "warnings:", ...warnings] : []),
+  ].join("\n");
 }
 
-function engineCell(e: Record<string, unknown>): string {
+function modelRows(replicas: readonly ReplicaStatus[]): string[][] {
+  const byModel = new Map<string, ReplicaStatus[]>();
+  for (const r of replicas) for (const m of new Set(r.models)) byModel.set(m, [...(byModel.get(m) ?? []), r]);
+  return [...byModel].map(([model, rs]) => {
+    const kv = rs.some((r) => r.kv_tokens === 0) ? 0 : rs.reduce((n, r) => n + r.kv_tokens, 0);
+    return [model, rs.map((r) => r.name).join(","), workingSet(rs.reduce((n, r) => n + r.working_set_tokens, 0), kv)];
+  });
+}
+
+function workingSet(tokens: number, kv: number): string {
+  return kv > 0 ? `${int(tokens)} / ${int(kv)} ${pct(tokens / kv)}` : `${int(tokens)} / ?`;
+}
+
+function engineCell(e: Record<string, unknown>, now: number, staleAfterMs: number): string {
+  const at = typeof e.at === "string" ? Date.parse(e.at) : Number.NaN;
+  if (Number.isFinite(at) && now - at > staleAfterMs) return `- (last scrape ${duration((now - at) / 1000)} ago)`;
   if (e.error) return `error: ${e.error}`;
   const v = (k: string) => (typeof e[k] === "number" ? (k === "kv_usage" ? pct(e[k] as number) : String(e[k])) : "?");
   return `${v("running")}/${v("waiting")}/${v("kv_usage")}`;

@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import quadlet from "../../deploy/llmroute.container" with { type: "text" };
 import service from "../../deploy/llmroute.service" with { type: "text" };
@@ -5,15 +6,42 @@ import service from "../../deploy/llmroute.service" with { type: "text" };
 const DEFAULT_BINARY = "/usr/local/bin/llmroute";
 const DEFAULT_CONFIG = "/etc/llmroute/router.toml";
 const DEFAULT_QUADLET_BINARY = "%h/.local/bin/llmroute";
+const QUADLET_CONFIG_MOUNT = "Volume=%h/.config/llmroute:/etc/llmroute:ro,Z";
 
-/** The unit files in deploy/, with the binary and config paths a user asked for. */
-export function renderUnit(kind: "systemd" | "quadlet", paths: { binary?: string; config?: string } = {}): string {
+/**
+ * The unit files in deploy/, with the binary and config paths a user asked for. Paths are
+ * made absolute (systemd needs an absolute ExecStart; podman reads a relative Volume= source
+ * as a named volume) against `cwd`.
+ */
+export function renderUnit(kind: "systemd" | "quadlet", paths: { binary?: string; config?: string } = {}, cwd = process.cwd()): string {
+  const binary = paths.binary === undefined ? undefined : resolve(cwd, paths.binary);
+  const config = paths.config === undefined ? undefined : resolve(cwd, paths.config);
   if (kind === "quadlet") {
-    return paths.binary ? quadlet.replaceAll(`${DEFAULT_QUADLET_BINARY}:`, `${paths.binary}:`) : quadlet;
+    let unit = binary ? quadlet.replaceAll(`${DEFAULT_QUADLET_BINARY}:`, `${binary}:`) : quadlet;
+    if (config) {
+      // Mount that one file where Exec= reads it. A bind-mounted file keeps its inode: a
+      // reload sees edits made in place, not a file replaced by rename (most editors).
+      unit = unit.replace(
+        QUADLET_CONFIG_MOUNT,
+        `# router.toml is mounted as a file: after replacing it (most editors do), restart rather than reload.\nVolume=${config}:${DEFAULT_CONFIG}:ro,Z`,
+      );
+    }
+    return unit;
   }
   return service
-    .replaceAll(`ExecStart=${DEFAULT_BINARY} `, `ExecStart=${paths.binary ?? DEFAULT_BINARY} `)
-    .replaceAll(`--config ${DEFAULT_CONFIG}`, `--config ${paths.config ?? DEFAULT_CONFIG}`);
+    .replaceAll(`ExecStart=${DEFAULT_BINARY} `, `ExecStart=${binary ?? DEFAULT_BINARY} `)
+    .replaceAll(`--config ${DEFAULT_CONFIG}`, `--config ${config ?? DEFAULT_CONFIG}`);
+}
+
+/** What the systemd unit's sandbox will hide from the paths given (printed on stderr). */
+export function unitWarnings(kind: "systemd" | "quadlet", paths: { binary?: string; config?: string }, cwd = process.cwd()): string[] {
+  if (kind !== "systemd") return [];
+  return (["binary", "config"] as const).flatMap((which) => {
+    const path = paths[which] === undefined ? undefined : resolve(cwd, paths[which]);
+    return path && /^\/(home|root|run\/user)\//.test(path)
+      ? [`llmroute units: ${path} is under ${path.split("/")[1] === "run" ? "/run/user" : `/${path.split("/")[1]}`}, which ProtectHome=yes hides from the service; install the ${which} elsewhere (e.g. ${which === "binary" ? DEFAULT_BINARY : DEFAULT_CONFIG})`]
+      : [];
+  });
 }
 
 export default defineCommand({
@@ -21,10 +49,13 @@ export default defineCommand({
   args: {
     quadlet: { type: "boolean", description: "Print a Podman quadlet .container instead of a systemd .service" },
     binary: { type: "string", description: `Path of the llmroute executable (default ${DEFAULT_BINARY}; quadlet: ${DEFAULT_QUADLET_BINARY} on the host)` },
-    config: { type: "string", description: `Path of router.toml for the systemd unit (default ${DEFAULT_CONFIG})` },
+    config: { type: "string", alias: "c", description: `Path of router.toml (default ${DEFAULT_CONFIG}; quadlet: the directory ~/.config/llmroute on the host)` },
   },
   run({ args }) {
-    process.stdout.write(renderUnit(args.quadlet ? "quadlet" : "systemd", { binary: args.binary, config: args.config }));
+    const kind = args.quadlet ? "quadlet" : "systemd";
+    const paths = { binary: args.binary, config: args.config };
+    for (const warning of unitWarnings(kind, paths)) process.stderr.write(`${warning}\n`);
+    process.stdout.write(renderUnit(kind, paths));
     return 0;
   },
 });

@@ -159,6 +159,7 @@ export class Telemetry {
       healthy: replicas.filter((r) => r.healthy).length,
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
+      health_interval_s: config.health.interval_ms / 1000,
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
       replicas,
       warnings: replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)),
@@ -204,6 +205,8 @@ export interface StatusDocument {
   healthy: number;
   index: { entries: number; max_entries: number; memory_bytes: number };
   capacity_window_s: number;
+  /** How often replicas are checked (and engines scraped): an older scrape is stale. */
+  health_interval_s: number;
   /** Distinct prefixes across replicas (each once) vs the summed kv_tokens. */
   fleet: { working_set_tokens: number; kv_tokens: number };
   replicas: ReplicaStatus[];

@@ -1,6 +1,7 @@
 /**
  * `llmroute probe` flags → validated options (pure apart from reading `env` for
- * `--api-key env:NAME`). Bad input is a usage error (exit 2) naming the flag.
+ * `--api-key env:NAME`, and LLMROUTE_API_KEY for --via). Bad input is a usage error
+ * (exit 2) naming the flag.
  */
 import { LlmrouteError } from "../errors.ts";
 
@@ -87,6 +88,8 @@ export function parseProbeArgs(raw: RawProbeArgs, env: Record<string, string | u
     apiKey = env[name];
     if (!apiKey) throw usage(`--api-key env:${name}: environment variable ${name} is not set (or empty)`);
   }
+  // --via talks to an llmroute, whose client key `llmroute status` also reads from here.
+  if (apiKey === undefined && mode.kind === "via" && env.LLMROUTE_API_KEY) apiKey = env.LLMROUTE_API_KEY;
   const metricsPath = raw["metrics-path"];
   if (metricsPath !== undefined && !metricsPath.startsWith("/")) throw usage(`--metrics-path ${JSON.stringify(metricsPath)}: must start with "/"`);
   if (raw.model !== undefined && raw.model.trim() === "") throw usage("--model: must not be empty");

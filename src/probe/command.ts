@@ -124,7 +124,7 @@ export default defineCommand({
     turns: { type: "string", description: `--via: turns per conversation (default ${DEFAULT_TURNS})` },
     timeout: { type: "string", description: `Seconds one request may take (default ${DEFAULT_TIMEOUT_S})` },
     "metrics-path": { type: "string", description: "Engine metrics path (default: the replica's `metrics`, else /metrics)" },
-    "api-key": { type: "string", description: "Bearer key for --url/--via, or \"env:NAME\" to read it from the environment" },
+    "api-key": { type: "string", description: "Bearer key for --url/--via, or \"env:NAME\" to read it from the environment (--via default: env LLMROUTE_API_KEY)" },
     json: { type: "boolean", description: "Print one JSON document on stdout (progress stays on stderr)" },
   },
   async run({ args }) {

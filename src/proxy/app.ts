@@ -25,6 +25,8 @@ export interface AppDeps {
   serves: { api: boolean; admin: boolean };
   /** Refresh the capacity readings before /status and /metrics answer. */
   beforeAdmin?: () => void;
+  /** The admin listener's URL when it is separate: named in this listener's 404 for /status and /metrics. */
+  adminUrl?: () => string | undefined;
 }
 
 export interface App {
@@ -45,7 +47,12 @@ export function createApp(deps: AppDeps): App {
       const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics" || path === "/dashboard/data");
       const api = deps.serves.api && (path.startsWith("/v1/") || ENGINE_EXTRAS.has(path));
       if (!admin && !api) {
-        return errorResponse("other", 404, `no route for ${req.method} ${path}`);
+        const elsewhere = !deps.serves.admin && (path === "/status" || path === "/metrics") ? deps.adminUrl?.() : undefined;
+        return errorResponse(
+          "other",
+          404,
+          elsewhere ? `${path} is served on the admin listener, ${elsewhere}${path} (server.admin_listen), not on this one` : `no route for ${req.method} ${path}`,
+        );
       }
       // On the API listener every route needs a key; the admin listener is protected by
       // where it listens.

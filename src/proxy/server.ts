@@ -97,7 +97,8 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now()), Date.now());
   };
   const separateAdmin = config.server.admin_listen !== undefined;
-  const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity };
+  let adminUrl: string | undefined;
+  const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity, adminUrl: () => adminUrl };
   const app = createApp({ ...appDeps, serves: { api: true, admin: !separateAdmin } });
 
   const listen = (l: Config["server"]["listen"], handler: App): Server<undefined> =>
@@ -143,6 +144,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
 
   const urlOf = (s: Server<undefined>) => `http://${s.hostname?.includes(":") ? `[${s.hostname}]` : s.hostname}:${s.port}`;
   const url = urlOf(server);
+  adminUrl = admin ? urlOf(admin) : undefined;
   log.info(`listening on ${url}`, {
     policy: config.routing.policy,
     replicas: fleet.replicas.map((r) => `${r.name}${r.healthy ? "" : "(down)"}`).join(","),

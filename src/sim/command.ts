@@ -4,7 +4,7 @@
  * fragment on stdout, and runs until SIGINT/SIGTERM, then stops its servers and returns 0.
  */
 import { defineCommand, type ArgsDef } from "citty";
-import { LlmrouteError } from "../errors.ts";
+import { listenError, LlmrouteError } from "../errors.ts";
 import { PROFILES, type SimOptions } from "./options.ts";
 import { routerTomlSnippet, startSim, startSimFleet, type SimServer } from "./server.ts";
 
@@ -62,7 +62,7 @@ const args = {
   ...(Object.fromEntries(
     Object.entries(HELP).map(([flag, description]) => [flag, { type: "string", description }]),
   ) as Record<keyof typeof NUMBER_FLAGS, { type: "string"; description: string }>),
-  "prefix-cache": { type: "boolean", description: "Reuse cached prefixes (--no-prefix-cache disables)", default: true },
+  "prefix-cache": { type: "boolean", description: "Reuse cached prefixes", negativeDescription: "Never reuse a prefix: every cached_tokens is 0 (a card with caching off)", default: true },
   verbose: { type: "boolean", description: "Log one line per request on stderr", default: false },
 } satisfies ArgsDef;
 
@@ -109,10 +109,18 @@ export default defineCommand({
   args,
   async run({ args: parsed }) {
     const { options, replicas, port, basePort, hostname } = simOptionsFromArgs(parsed as ParsedArgs);
-    const servers: SimServer[] =
-      replicas === 1 && basePort === undefined
-        ? [await startSim({ ...options, port, hostname })]
-        : await startSimFleet({ ...options, replicas, basePort: basePort ?? port, hostname });
+    let servers: SimServer[];
+    try {
+      servers =
+        replicas === 1 && basePort === undefined
+          ? [await startSim({ ...options, port, hostname })]
+          : await startSimFleet({ ...options, replicas, basePort: basePort ?? port, hostname });
+    } catch (error) {
+      // startSim names the replica and its address; say it the way `serve` does, exit 2.
+      const where = /^(sim \S+): cannot listen on (\S+):/.exec(error instanceof Error ? error.message : "");
+      const hint = `choose another with ${basePort === undefined && replicas === 1 ? "--port" : "--base-port"} (0 picks a free one)`;
+      throw (where && listenError((error as Error).cause, `${where[2]} (${where[1]})`, hint)) || error;
+    }
     for (const s of servers) process.stderr.write(`sim ${s.name} listening on ${s.url}\n`);
     process.stdout.write(`# router.toml\n${routerTomlSnippet(servers)}\n`);
     await untilSignal();

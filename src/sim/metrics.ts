@@ -2,6 +2,8 @@
  * GET /metrics in Prometheus text format with vLLM V1's metric names and labels
  * (`model_name`, `engine`), so the router's scraper and the probe read the sim exactly as
  * they read vLLM. TTFT is observed in real seconds — the same clock a client measures.
+ * Counters are written as prometheus_client (vLLM's exporter) writes them: the `_total`
+ * name in HELP, TYPE and samples alike, which `promtool check metrics` requires.
  */
 import type { SimEngine } from "./engine.ts";
 
@@ -18,25 +20,25 @@ export function renderMetrics(engine: SimEngine, model: string): string {
   metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [[`{${labels}}`, engine.runningCount]]);
   metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [[`{${labels}}`, engine.waitingCount]]);
   metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [[`{${labels}}`, engine.pool.usage]]);
-  metric("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.", [
-    [`_total{${labels}}`, s.prefix_cache_queries_total],
+  metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", [
+    [`{${labels}}`, s.prefix_cache_queries_total],
   ]);
-  metric("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.", [
-    [`_total{${labels}}`, s.prefix_cache_hits_total],
+  metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", [
+    [`{${labels}}`, s.prefix_cache_hits_total],
   ]);
-  metric("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.", [
-    [`_total{${labels}}`, s.preemptions_total],
+  metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [
+    [`{${labels}}`, s.preemptions_total],
   ]);
-  metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", [[`_total{${labels}}`, s.prompt_tokens_total]]);
-  metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.", [
-    [`_total{${labels}}`, s.generation_tokens_total],
+  metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [[`{${labels}}`, s.prompt_tokens_total]]);
+  metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [
+    [`{${labels}}`, s.generation_tokens_total],
   ]);
   metric(
-    "vllm:request_success",
+    "vllm:request_success_total",
     "counter",
     "Count of successfully processed requests.",
     (["stop", "length", "abort"] as const).map((reason) => [
-      `_total{${labels},finished_reason="${reason}"}`,
+      `{${labels},finished_reason="${reason}"}`,
       engine.finished[reason],
     ]),
   );

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "bun:test";
 import { mkdtemp } from "node:fs/promises";
-import { renderUnit } from "../../src/commands/units.ts";
+import { renderUnit, unitWarnings } from "../../src/commands/units.ts";
+import { parseConfig } from "../../src/config.ts";
 import { runCli } from "../helpers/proc.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
@@ -25,7 +26,48 @@ describe("llmroute units", () => {
   it("substitutes the binary and config paths", () => {
     const unit = renderUnit("systemd", { binary: "/opt/llmroute", config: "/srv/router.toml" });
     expect(unit).toMatch(/^ExecStart=\/opt\/llmroute serve --config \/srv\/router.toml --log-format json$/m);
-    expect(renderUnit("quadlet", { binary: "/opt/llmroute" })).toContain("Volume=/opt/llmroute:/usr/local/bin/llmroute:ro");
+    expect(renderUnit("quadlet", { binary: "/opt/llmroute" })).toContain("Volume=/opt/llmroute:/usr/local/bin/llmroute:ro,z");
+  });
+
+  it("relative paths become absolute (systemd needs it; podman would read a named volume)", () => {
+    expect(renderUnit("systemd", { binary: "dist/llmroute", config: "r.toml" }, "/home/u/llmroute")).toMatch(
+      /^ExecStart=\/home\/u\/llmroute\/dist\/llmroute serve --config \/home\/u\/llmroute\/r.toml /m,
+    );
+    expect(renderUnit("quadlet", { config: "r.toml" }, "/srv")).toMatch(/^Volume=\/srv\/r.toml:\/etc\/llmroute\/router.toml:ro,Z$/m);
+  });
+
+  it("--quadlet --config mounts that file where the container reads it", async () => {
+    const { code, stdout } = await runCli(["units", "--quadlet", "--config", "/srv/r.toml"]);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^Volume=\/srv\/r.toml:\/etc\/llmroute\/router.toml:ro,Z$/m);
+    expect(stdout).not.toContain("%h/.config/llmroute:");
+    expect(stdout).toMatch(/^Exec=\/usr\/local\/bin\/llmroute serve --config \/etc\/llmroute\/router.toml /m);
+  });
+
+  it("warns when ProtectHome=yes would hide the paths given", async () => {
+    const { code, stderr } = await runCli(["units", "--config", "/home/u/router.toml", "--binary", "/root/llmroute"]);
+    expect(code).toBe(0);
+    expect(stderr).toContain("/root/llmroute is under /root, which ProtectHome=yes hides from the service");
+    expect(stderr).toContain("/home/u/router.toml is under /home, which ProtectHome=yes hides from the service");
+    expect(unitWarnings("systemd", { config: "/etc/llmroute/router.toml" })).toEqual([]);
+    expect(unitWarnings("quadlet", { config: "/home/u/router.toml" })).toEqual([]);
+  });
+
+  it("the drain has time: podman waits longer than server.drain_timeout, systemd longer than podman", async () => {
+    const q = renderUnit("quadlet");
+    const stopTimeout = Number(/^StopTimeout=(\d+)$/m.exec(q)![1]);
+    const quadletStopSec = Number(/^TimeoutStopSec=(\d+)s$/m.exec(q)![1]);
+    const drain = parseConfig(`[[replica]]\nname = "a"\nurl = "http://x"\n`, "r.toml", { env: {} }).server.drain_timeout_ms / 1000;
+    expect(stopTimeout).toBeGreaterThan(drain);
+    expect(quadletStopSec).toBeGreaterThan(stopTimeout);
+    expect(Number(/^TimeoutStopSec=(\d+)s$/m.exec(renderUnit("systemd"))![1])).toBeGreaterThan(drain);
+  });
+
+  it("the systemd unit filters system calls and hides other processes", () => {
+    const unit = renderUnit("systemd");
+    for (const line of ["SystemCallFilter=@system-service", "SystemCallErrorNumber=EPERM", "ProcSubset=pid", "ProtectProc=invisible", "SystemCallArchitectures=native"]) {
+      expect(unit).toMatch(new RegExp(`^${line}$`, "m"));
+    }
   });
 
   const analyze = Bun.which("systemd-analyze");

@@ -1,0 +1,139 @@
+/**
+ * `llmroute status`: what it prints (stale engine figures, KV per model) and where it
+ * looks (the config's address without its secrets; the admin listener named on a 404).
+ */
+import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { mkdtemp } from "node:fs/promises";
+import { formatStatus } from "../../src/commands/status.ts";
+import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
+import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { killAll, runCli } from "../helpers/proc.ts";
+
+afterEach(killAll);
+afterAll(killAll);
+
+const NOW = Date.parse("2026-01-01T12:00:00Z");
+const ago = (s: number) => new Date(NOW - s * 1000).toISOString();
+
+function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus {
+  return {
+    name,
+    url: `http://${name}:8000`,
+    healthy: true,
+    last_error: null,
+    inflight: 0,
+    served: 10,
+    failovers: 0,
+    models: ["m"],
+    conversations: 2,
+    index_entries: 20,
+    working_set_tokens: 1000,
+    kv_tokens: 10_000,
+    working_set_ratio: 0.1,
+    chars_per_token: 4,
+    prompt_tokens: 100,
+    cached_tokens: 50,
+    cached_ratio: 0.5,
+    hit: { available_tokens: 80, captured_tokens: 60, delivered_tokens: 50, predictions: { hit: 3, miss: 0, unexpected_hit: 0 }, corrected_entries: 0 },
+    prefill: { queued_tokens: 0, rate_tokens_per_s: 4000 },
+    engine: null,
+    warnings: [],
+    ...over,
+  };
+}
+
+function doc(replicas: ReplicaStatus[], over: Partial<StatusDocument> = {}): StatusDocument {
+  return {
+    version: "0.1.0",
+    policy: "hybrid",
+    uptime_s: 60,
+    healthy: replicas.filter((r) => r.healthy).length,
+    index: { entries: 40, max_entries: 1000, memory_bytes: 52_224 },
+    capacity_window_s: 300,
+    health_interval_s: 10,
+    fleet: { working_set_tokens: 0, kv_tokens: 0 },
+    replicas,
+    warnings: [],
+    ...over,
+  };
+}
+
+describe("formatStatus: the engine column", () => {
+  const scraped = (at: string) => ({ family: "vllm", running: 2, waiting: 1, kv_usage: 0.42, missing: [], error: null, at });
+  it.each([
+    ["a fresh scrape shows run/wait/kv", scraped(ago(5)), 10, "2/1/42%"],
+    ["just inside two intervals", scraped(ago(20)), 10, "2/1/42%"],
+    ["older than two intervals: the age, not the stale figures", scraped(ago(35)), 10, "- (last scrape 35s ago)"],
+    ["with a short interval, 5 s is already stale", scraped(ago(5)), 1, "- (last scrape 5s ago)"],
+    ["a failed scrape says why", { ...scraped(ago(1)), error: "HTTP 404" }, 10, "error: HTTP 404"],
+  ])("%s", (_name, engine, interval, expected) => {
+    const text = formatStatus(doc([replica("gpu0", { engine })], { health_interval_s: interval }), NOW);
+    expect(text.split("\n").find((l) => l.startsWith("gpu0 "))!.trimEnd()).toEndWith(expected);
+  });
+
+  it("a replica that is not scraped shows -", () => {
+    expect(formatStatus(doc([replica("gpu0")]), NOW).split("\n").find((l) => l.startsWith("gpu0 "))!).toMatch(/\s-$/);
+  });
+});
+
+describe("formatStatus: KV per model", () => {
+  it("sums each model's own replicas, not the fleet's", () => {
+    const text = formatStatus(
+      doc([
+        replica("a0", { models: ["llama"], working_set_tokens: 60_000, kv_tokens: 100_000 }),
+        replica("a1", { models: ["llama"], working_set_tokens: 20_000, kv_tokens: 100_000 }),
+        replica("b0", { models: ["qwen", "qwen-small"], working_set_tokens: 90_000, kv_tokens: 100_000 }),
+      ]),
+      NOW,
+    );
+    const rows = text.split("\n").slice(text.split("\n").findIndex((l) => l.startsWith("MODEL")));
+    expect(rows[0]).toMatch(/^MODEL\s+REPLICAS\s+WORKING SET \(5m\) \/ KV \(its replicas, summed\)$/);
+    expect(rows[1]).toMatch(/^llama\s+a0,a1\s+80,000 \/ 200,000 40%$/);
+    expect(rows[2]).toMatch(/^qwen\s+b0\s+90,000 \/ 100,000 90%$/);
+    expect(rows[3]).toMatch(/^qwen-small\s+b0\s+90,000 \/ 100,000 90%$/);
+  });
+
+  it("a model with a replica of unknown KV has no budget to compare with", () => {
+    const text = formatStatus(doc([replica("a0", { kv_tokens: 0 }), replica("a1")]), NOW);
+    expect(text).toMatch(/^m\s+a0,a1\s+2,000 \/ \?$/m);
+  });
+
+  it("replicas whose models are not known yet are left out", () => {
+    expect(formatStatus(doc([replica("a0", { models: [] })]), NOW)).not.toContain("MODEL");
+  });
+});
+
+describe("where status looks", () => {
+  it("--config needs only the address: env: secrets that are not exported do not stop it", async () => {
+    const gpu0 = await startSimProc("gpu0");
+    const router = await startRouterProc([gpu0]);
+    const dir = await mkdtemp("/tmp/llmroute-status-");
+    const listen = router.url.replace("http://", "");
+    await Bun.write(
+      `${dir}/router.toml`,
+      `[server]\nlisten = "${listen}"\napi_keys = ["env:LLMROUTE_TEST_UNSET_CLIENT_KEY"]\n[[replica]]\nname = "gpu0"\nurl = "${gpu0.url}"\napi_key = "env:LLMROUTE_TEST_UNSET_KEY"\n`,
+    );
+    // check, which needs the secrets, refuses the same file
+    expect((await runCli(["check", "--config", `${dir}/router.toml`])).code).toBe(2);
+    const { code, stdout, stderr } = await runCli(["status", "--config", `${dir}/router.toml`]);
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^gpu0\s+up\s/m);
+  });
+
+  it("an explicit --config that does not exist is an error, not the default address", async () => {
+    const { code, stderr } = await runCli(["status", "--config", "/nonexistent/router.toml"]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("/nonexistent/router.toml: (file): no such file");
+  });
+
+  it("pointed at the API port while admin_listen is set, it says where the admin surface is", async () => {
+    const gpu0 = await startSimProc("gpu0");
+    const router = await startRouterProc([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
+    const [, admin] = await router.waitFor(/"admin":"(http:\/\/[^"]+)"/);
+    const { code, stderr } = await runCli(["status", "--url", router.url]);
+    expect(code).toBe(2);
+    expect(stderr).toContain(`status: cannot read ${router.url}/status: HTTP 404: /status is served on the admin listener, ${admin}/status (server.admin_listen), not on this one`);
+    expect((await runCli(["status", "--url", admin!])).code).toBe(0);
+  });
+});
