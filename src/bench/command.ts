@@ -1,7 +1,8 @@
 /**
  * `llmroute bench`: every policy measured side by side on the same replicas — simulated
  * (`--sim N`, plus the bench-only oracle) or the user's own (`--config router.toml`) —
- * with tables on stdout, progress on stderr, and optional JSON and HTML reports.
+ * once or `--runs N` times with fresh salts, with the matrix and tables on stdout, progress
+ * on stderr, and optional JSON and HTML reports.
  * Returns the exit code: 0, or 1 when any request failed (the tables count them).
  */
 import { defineCommand } from "citty";

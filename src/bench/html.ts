@@ -1,8 +1,9 @@
 /**
  * The HTML report: one self-contained file (inline CSS and SVG, no scripts, fonts or
- * images from anywhere) that can be mailed or attached to an issue. Charts: TTFT per turn
- * per policy (agent), burst wall per policy, and TTFT distributions (empirical CDFs) for
- * every workload; then the tables and headline ratios of the text report.
+ * images from anywhere) that can be mailed or attached to an issue. First the matrix as a
+ * shaded table; then per workload its charts — TTFT per turn (agent), burst wall per
+ * policy, TTFT mean per rung (llmd), TTFT distributions (empirical CDFs) for every
+ * workload — and the text report's tables; the headline ratios last.
  */
 import type { WorkloadName } from "./args.ts";
 import { fmt, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
@@ -170,7 +171,7 @@ const CSS = `body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .label{font-size:12px}svg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}
 .note{color:#555}figure{margin:1em 0}figcaption{color:#555;font-size:12px}
-table.matrix{border-collapse:collapse;margin:1em 0}table.matrix th,table.matrix td{border:1px solid #ddd;padding:.3em .6em;text-align:right;white-space:nowrap}
+table.matrix{border-collapse:collapse;margin:1em 0;font-size:13px}table.matrix th,table.matrix td{border:1px solid #ddd;padding:.25em .45em;text-align:right;white-space:nowrap}
 table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2){text-align:left}table.matrix small{color:#555}
 .key{padding:0 .4em;border:1px solid #ddd}`;
 

@@ -1,7 +1,8 @@
 /**
  * From samples to figures, pure: one summary per workload and arm (always with its sample
- * size), the headline ratios next to the seed's numbers, and the plain-text tables. The
- * HTML report (html.ts) and the JSON file read the same summaries.
+ * size, its hit-rate decomposition and, for llmd, its rungs), several runs pooled, the
+ * headline ratios next to the seed's numbers, and the plain-text tables. The HTML report
+ * (html.ts) and the JSON file read the same summaries.
  */
 import { int, pct, table } from "../ops/table.ts";
 import type { WorkloadName } from "./args.ts";
@@ -95,10 +96,17 @@ export function hitDecomposition(samples: readonly Sample[], replicas: readonly 
   return { ...hitRates(samples), perReplica: Object.fromEntries(names.map((r) => [r, hitRates(samples.filter((s) => s.replica === r))])) };
 }
 
-/** Requests and completion tokens per model second from the first send to the last byte. */
+/**
+ * Requests and completion tokens per model second from the first send to the last byte;
+ * pooled runs each have their own clock, so their spans add up.
+ */
 function rates(samples: readonly Sample[]): { throughput: number; outputTps: number } {
   if (samples.length === 0) return { throughput: NaN, outputTps: NaN };
-  const span = (Math.max(...samples.map((s) => s.startMs + s.totalMs)) - Math.min(...samples.map((s) => s.startMs))) / 1000;
+  let span = 0;
+  for (const run of new Set(samples.map((s) => s.run ?? 0))) {
+    const mine = samples.filter((s) => (s.run ?? 0) === run);
+    span += (Math.max(...mine.map((s) => s.startMs + s.totalMs)) - Math.min(...mine.map((s) => s.startMs))) / 1000;
+  }
   return { throughput: samples.length / span, outputTps: samples.reduce((a, s) => a + s.completionTokens, 0) / span };
 }
 
@@ -386,7 +394,15 @@ export const HIT_NOTE =
 function warned(s: ArmSummary): string {
   if (s.capacityWarnings === undefined) return "n/a";
   if (s.capacityWarnings.length === 0) return "no";
-  return `yes: ${s.capacityWarnings.map((w) => w.match(/^(\S+): working set ~(\d+)/)?.slice(1, 3).join(" ~") ?? w).join(", ")}`;
+  // One entry per replica, its largest working set (pooled runs each warned on their own).
+  const largest = new Map<string, number>();
+  const other: string[] = [];
+  for (const w of s.capacityWarnings) {
+    const m = w.match(/^(\S+): working set ~(\d+)/);
+    if (m) largest.set(m[1]!, Math.max(largest.get(m[1]!) ?? 0, Number(m[2])));
+    else other.push(w);
+  }
+  return `yes: ${[...[...largest].map(([replica, tokens]) => `${replica} ~${tokens}`), ...other].join(", ")}`;
 }
 
 export function headlineLines(list: readonly Headline[]): string {
@@ -466,7 +482,7 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
       const all = results.map((r) => r.workloads[i]!.arms[j]!);
       const pooled: ArmResult = {
         arm: a.arm,
-        samples: all.flatMap((x) => x.samples),
+        samples: all.flatMap((x, run) => x.samples.map((s) => ({ ...s, run }))),
         bursts: all.flatMap((x) => x.bursts),
         wallMs: all.reduce((sum, x) => sum + x.wallMs, 0),
       };

@@ -33,6 +33,8 @@ export interface Sample {
   kind: "turn" | "burst" | "shared";
   /** llmd: 0 = warm-up, k = the ladder's k-th rate. */
   rung?: number;
+  /** Which run, once several are pooled (their clocks each start at 0). */
+  run?: number;
   /** Model ms from the arm's start to sending. */
   startMs: number;
   /** Model ms to the first content chunk (NaN if none). */

@@ -3,7 +3,7 @@ import { parseBenchArgs } from "../../src/bench/args.ts";
 import { renderHtml } from "../../src/bench/html.ts";
 import { buildMatrix, matrixText, tierOf } from "../../src/bench/matrix.ts";
 import { matrixHtml } from "../../src/bench/html.ts";
-import { headlines, hitDecomposition, hitRates, poolRuns, renderText, summarizeArm, summarizeWorkload, type WorkloadSummary } from "../../src/bench/report.ts";
+import { headlines, hitDecomposition, hitRates, poolRuns, renderText, summarizeArm, summarizeWorkload, workloadTable, type WorkloadSummary } from "../../src/bench/report.ts";
 import type { ArmResult, BenchResult, Sample } from "../../src/bench/run.ts";
 
 const replicas = ["gpu0", "gpu1"];
@@ -316,6 +316,24 @@ describe("several runs pooled for the detailed tables", () => {
     expect(arm.samples.length).toBe(12);
     expect(arm.sim).toEqual({ preemptions: 2, evictedBlocks: 10 });
     expect(summarizeArm("agent", arm, replicas).warm).toMatchObject({ n: 10, median: 2_000 });
+  });
+
+  it("throughput adds each run's span: two runs' clocks both start at 0", () => {
+    const oneShots = (id: string): BenchResult => ({
+      ...result(),
+      run: id,
+      workloads: [{ workload: "shared", arms: [{ arm: "hybrid", samples: [oneShot(0, { startMs: 0, totalMs: 1_000 }), oneShot(1, { startMs: 1_000, totalMs: 1_000 })], bursts: [], wallMs: 2_000 }] }],
+    });
+    const single = summarizeArm("shared", oneShots("a").workloads[0]!.arms[0]!, replicas);
+    const pooled = summarizeArm("shared", poolRuns([oneShots("a"), oneShots("b")]).workloads[0]!.arms[0]!, replicas);
+    expect(single.throughput).toBe(1); // 2 requests in 2 s
+    expect(pooled.throughput).toBe(1); // 4 requests in 2 × 2 s, not in 2 s
+  });
+
+  it("capacity warnings: one entry per replica, its largest working set over the runs", () => {
+    const warnings = ["gpu1: working set ~130000 tokens exceeds kv_tokens 122636: …", "gpu0: working set ~125000 tokens exceeds kv_tokens 122636: …", "gpu1: working set ~140000 tokens exceeds kv_tokens 122636: …"];
+    const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings }, replicas);
+    expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 ~140000, gpu0 ~125000\s+0$/m);
   });
 
   it("one run is itself", () => {
