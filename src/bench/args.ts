@@ -6,12 +6,13 @@
 import type { ArgsDef } from "citty";
 import { POLICY_NAMES, type PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
-import { agentFirstTokens, type AgentSpec, type BurstSpec, type SharedSpec } from "./workloads.ts";
+import { agentFirstTokens, type AgentSpec, type BurstSpec, type LadderSpec, type SharedSpec } from "./workloads.ts";
 
-export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "capacity"] as const;
+export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity"] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
-export const DEFAULT_POLICIES: PolicyName[] = ["roundrobin", "affinity", "hybrid", "cache-aware"];
+/** hybrid-plain (the seed's rule) beside hybrid, so the bench shows what the cost model adds. */
+export const DEFAULT_POLICIES: PolicyName[] = ["roundrobin", "affinity", "hybrid-plain", "cache-aware", "hybrid"];
 
 export interface BenchOptions {
   /** Simulated replicas to start (ignored with `config`). */
@@ -28,7 +29,11 @@ export interface BenchOptions {
   burst: BurstSpec & { count: number };
   mixed: { agents: number; agent: AgentSpec; burst: BurstSpec; gapS: number };
   shared: SharedSpec;
+  pressured: SharedSpec;
+  llmd: LadderSpec;
   capacity: { families: number[]; turns: number; turnTokens: number; replyTokens: number; systemTokens: number };
+  /** Whole bench repetitions, each with a fresh salt; the matrix gives their median. */
+  runs: number;
   json?: string;
   report?: string;
 }
@@ -60,6 +65,36 @@ export const DEFAULTS = {
     gapS: 5,
   },
   shared: { docs: 24, docTokens: 8_000, tailTokens: 200, requests: 120, rate: 1, replyTokens: 32, seed: 1 },
+  // pressured: shared with the cache squeezed, as SGLang's gateway bench shrinks its cache.
+  // 26 documents × 8k = 208k tokens: 1.7 cards, 85 % of the two cards' 245,272 (shared's
+  // 192k is 78 %). Only a placement that keeps each document on one card, about half of
+  // them per card (13/13 or 14/12), holds them all; copies on both cards or a lopsided
+  // split evict. Six requests per document so the steady state outweighs the compulsory
+  // misses. 1 req/s, like shared: a fleet that misses everything (2 s a prefill) is just
+  // about saturated, one that hits is idle, so TTFT shows the hit rate, not a runaway queue.
+  pressured: { docs: 26, docTokens: 8_000, tailTokens: 200, requests: 156, rate: 1, replyTokens: 32, seed: 1 },
+  // llmd: llm-d's shared_prefix (150 groups × 5 prompts, 6k system prompt, 1.2k question,
+  // sized to 73 % of their 8 pods' KV) scaled to the two sims: 15 groups × (6,000 + 5 ×
+  // 1,200) = 180k resident tokens, the same 73 % of the fleet's KV and 1.47 cards, so no
+  // card holds it and the fleet does. Replies are 100 tokens, not 1,000: the 3090 profile
+  // decodes 40 tokens/s, and 25 s of decode per request would fill the KV with running
+  // sequences and the bench with waiting; TTFT is the figure. The warm-up (one full set,
+  // 75 prompts) at 1.5/s keeps a well-placed fleet about half busy while it computes 15
+  // system prompts cold (1.8 s each) and 60 questions (0.4 s); the ladder starts when it
+  // has drained. The ladder (1 → 8 req/s, 40 requests a rung) goes from idle to past what
+  // a fleet re-prefilling 7.2k-token prompts can serve (about 1 req/s), and stays within
+  // what whole-prompt hits (0.1 s each) can.
+  llmd: {
+    groups: 15,
+    promptsPerGroup: 5,
+    systemTokens: 6_000,
+    questionTokens: 1_200,
+    replyTokens: 100,
+    warmupRate: 1.5,
+    rates: [1, 2, 4, 8],
+    rungRequests: 40,
+    seed: 1,
+  },
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
 } as const;
 
@@ -90,7 +125,20 @@ export const benchArgs = {
   rate: { type: "string", description: `shared: mean arrivals per model second (${DEFAULTS.shared.rate})` },
   families: { type: "string", description: `capacity: comma-separated context tokens of the concurrent families (${DEFAULTS.capacity.families.join(",")})` },
   "family-turns": { type: "string", description: `capacity: turns per family (${DEFAULTS.capacity.turns})` },
-  seed: { type: "string", description: "Seed of the shared workload's arrivals and document choices (1)" },
+  "pressured-docs": { type: "string", description: `pressured: distinct shared documents (${DEFAULTS.pressured.docs})` },
+  "pressured-doc-tokens": { type: "string", description: `pressured: tokens per document (${DEFAULTS.pressured.docTokens})` },
+  "pressured-requests": { type: "string", description: `pressured: requests per arm (${DEFAULTS.pressured.requests})` },
+  "pressured-rate": { type: "string", description: `pressured: mean arrivals per model second (${DEFAULTS.pressured.rate})` },
+  "llmd-groups": { type: "string", description: `llmd: groups sharing a system prompt (${DEFAULTS.llmd.groups})` },
+  "llmd-prompts": { type: "string", description: `llmd: prompts per group (${DEFAULTS.llmd.promptsPerGroup})` },
+  "llmd-system-tokens": { type: "string", description: `llmd: tokens of each group's system prompt (${DEFAULTS.llmd.systemTokens})` },
+  "llmd-question-tokens": { type: "string", description: `llmd: tokens of each prompt's question (${DEFAULTS.llmd.questionTokens})` },
+  "llmd-reply-tokens": { type: "string", description: `llmd: max_tokens of each answer (${DEFAULTS.llmd.replyTokens})` },
+  "llmd-rates": { type: "string", description: `llmd: the ladder, comma-separated requests per model second (${DEFAULTS.llmd.rates.join(",")})` },
+  "llmd-rung-requests": { type: "string", description: `llmd: requests per rung (${DEFAULTS.llmd.rungRequests})` },
+  "llmd-warmup-rate": { type: "string", description: `llmd: rate of the warm-up, one full set of prompts (${DEFAULTS.llmd.warmupRate})` },
+  seed: { type: "string", description: "Seed of the shared, pressured and llmd arrivals and choices (1)" },
+  runs: { type: "string", description: "Repeat the whole bench N times, each with a fresh salt; the matrix shows the median and spread (1)" },
   json: { type: "string", description: "Write every sample and summary to this JSON file" },
   report: { type: "string", description: "Write a self-contained HTML report with charts to this file" },
 } as const satisfies ArgsDef;
@@ -131,15 +179,17 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   const turnTokens = num("turn-tokens", DEFAULTS.agent.turnTokens);
   const burstSize = num("burst-size", DEFAULTS.burst.size);
   const system = str("system-tokens") === undefined ? undefined : num("system-tokens", 0, "int", 1);
-  let families: number[] = [...DEFAULTS.capacity.families];
-  const familiesRaw = str("families");
-  if (familiesRaw !== undefined) {
-    families = familiesRaw.split(",").map((s) => Number(s.trim().replaceAll("_", "")));
-    if (families.length === 0 || families.some((f) => !Number.isInteger(f) || f < 256)) {
-      problems.push(`--families ${JSON.stringify(familiesRaw)}: must be comma-separated token counts >= 256`);
-      families = [...DEFAULTS.capacity.families];
+  const numbers = (key: keyof typeof benchArgs, fallback: readonly number[], ok: (n: number) => boolean, want: string): number[] => {
+    const v = str(key);
+    if (v === undefined) return [...fallback];
+    const items = v.split(",").map((s) => Number(s.trim().replaceAll("_", "")));
+    if (items.length === 0 || !items.every(ok)) {
+      problems.push(`--${key} ${JSON.stringify(v)}: must be ${want}`);
+      return [...fallback];
     }
-  }
+    return items;
+  };
+  const families = numbers("families", DEFAULTS.capacity.families, (f) => Number.isInteger(f) && f >= 256, "comma-separated token counts >= 256");
 
   const options: BenchOptions = {
     sim: num("sim", DEFAULTS.sim),
@@ -184,6 +234,25 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       rate: num("rate", DEFAULTS.shared.rate, "positive"),
       seed: num("seed", DEFAULTS.shared.seed, "int", 0),
     },
+    pressured: {
+      ...DEFAULTS.pressured,
+      docs: num("pressured-docs", DEFAULTS.pressured.docs),
+      docTokens: num("pressured-doc-tokens", DEFAULTS.pressured.docTokens),
+      requests: num("pressured-requests", DEFAULTS.pressured.requests),
+      rate: num("pressured-rate", DEFAULTS.pressured.rate, "positive"),
+      seed: num("seed", DEFAULTS.pressured.seed, "int", 0),
+    },
+    llmd: {
+      groups: num("llmd-groups", DEFAULTS.llmd.groups),
+      promptsPerGroup: num("llmd-prompts", DEFAULTS.llmd.promptsPerGroup),
+      systemTokens: num("llmd-system-tokens", DEFAULTS.llmd.systemTokens),
+      questionTokens: num("llmd-question-tokens", DEFAULTS.llmd.questionTokens),
+      replyTokens: num("llmd-reply-tokens", DEFAULTS.llmd.replyTokens),
+      warmupRate: num("llmd-warmup-rate", DEFAULTS.llmd.warmupRate, "positive"),
+      rates: numbers("llmd-rates", DEFAULTS.llmd.rates, (r) => Number.isFinite(r) && r > 0, "comma-separated rates > 0"),
+      rungRequests: num("llmd-rung-requests", DEFAULTS.llmd.rungRequests),
+      seed: num("seed", DEFAULTS.llmd.seed, "int", 0),
+    },
     capacity: {
       ...DEFAULTS.capacity,
       families,
@@ -191,6 +260,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       replyTokens,
       systemTokens: system ?? DEFAULTS.capacity.systemTokens,
     },
+    runs: num("runs", 1),
     ...(str("json") ? { json: str("json")! } : {}),
     ...(str("report") ? { report: str("report")! } : {}),
   };

@@ -21,6 +21,10 @@ export interface Outcome {
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
+  /** Prompt tokens cached on some replica at routing time (the router's index, or the oracle's /sim/match). */
+  availableTokens?: number;
+  /** … cached on the chosen replica. */
+  capturedTokens?: number;
   /** Set when the request failed; the other figures are then partial. */
   error?: string;
 }

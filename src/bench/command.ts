@@ -1,7 +1,8 @@
 /**
  * `llmroute bench`: every policy measured side by side on the same replicas — simulated
  * (`--sim N`, plus the bench-only oracle) or the user's own (`--config router.toml`) —
- * with tables on stdout, progress on stderr, and optional JSON and HTML reports.
+ * once or `--runs N` times with fresh salts, with the matrix and tables on stdout, progress
+ * on stderr, and optional JSON and HTML reports.
  * Returns the exit code: 0, or 1 when any request failed (the tables count them).
  */
 import { defineCommand } from "citty";
@@ -9,7 +10,8 @@ import { loadConfigFile } from "../config.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
 import { stderrProgress } from "./progress.ts";
-import { renderText, summarizeWorkload, type WorkloadSummary } from "./report.ts";
+import { buildMatrix, type Matrix } from "./matrix.ts";
+import { poolRuns, renderText, summarizeWorkload, type WorkloadSummary } from "./report.ts";
 import { runBench, type BenchResult, type Progress } from "./run.ts";
 import { configTarget, simTarget, type Target } from "./targets.ts";
 import { newRunId } from "./workloads.ts";
@@ -22,8 +24,13 @@ export interface BenchIo {
 }
 
 export interface BenchOutput {
+  /** Every run's result; one per --runs. */
+  results: BenchResult[];
+  /** The runs pooled (the single run when there is one). */
   result: BenchResult;
+  /** Summaries of the pooled runs: the detailed tables. */
   summaries: WorkloadSummary[];
+  matrix: Matrix;
   text: string;
   errors: number;
 }
@@ -35,20 +42,33 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
     ? await configTarget(await loadConfigFile(options.config), options.model)
     : await simTarget({ replicas: options.sim, timeScale: options.timeScale });
   try {
-    const run = newRunId();
     const where = target.kind === "sim" ? `${target.replicas.length} sim replicas, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
-    io.progress.line(`bench run ${run}: ${options.workloads.join(", ")} × ${[...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])].join(", ")} on ${where}`);
-    const result = await runBench(target, options, run, io.progress);
-    const replicas = result.target.replicas.map((r) => r.name);
+    const arms = [...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])];
+    const results: BenchResult[] = [];
+    for (let r = 1; r <= options.runs; r++) {
+      // A fresh run id is a fresh salt: no run measures another's warm cache.
+      const run = newRunId();
+      const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
+      io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
+      results.push(await runBench(target, options, run, io.progress));
+    }
+    const replicas = target.replicas.map((r) => r.name);
+    const perRun = results.map((res) => res.workloads.map((w) => summarizeWorkload(w, replicas)));
+    const result = poolRuns(results);
     const summaries = result.workloads.map((w) => summarizeWorkload(w, replicas));
-    const text = renderText(result, summaries);
-    if (options.json) await Bun.write(options.json, `${JSON.stringify({ ...result, summaries }, jsonNumbers, 2)}\n`);
-    if (options.report) await Bun.write(options.report, renderHtml(result, summaries));
+    const matrix = buildMatrix(perRun);
+    const text = renderText(result, summaries, matrix);
+    if (options.json) {
+      const { workloads: _pooled, ...meta } = result;
+      const runs = results.map((res, i) => ({ run: res.run, startedAt: res.startedAt, elapsedS: res.elapsedS, workloads: res.workloads, summaries: perRun[i] }));
+      await Bun.write(options.json, `${JSON.stringify({ ...meta, matrix, summaries, runs }, jsonNumbers, 2)}\n`);
+    }
+    if (options.report) await Bun.write(options.report, renderHtml(result, summaries, matrix));
     io.out(text);
     if (options.json && !io.quietFiles) io.progress.line(`JSON: ${options.json}`);
     if (options.report && !io.quietFiles) io.progress.line(`HTML report: ${options.report}`);
     const errors = summaries.reduce((a, w) => a + w.arms.reduce((b, s) => b + s.errors, 0), 0);
-    return { result, summaries, text, errors };
+    return { results, result, summaries, matrix, text, errors };
   } finally {
     if (own) await target.stop();
   }

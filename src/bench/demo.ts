@@ -57,7 +57,7 @@ export default defineCommand({
         "computed; affinity keeps conversations warm but puts a whole burst on one card; hybrid pins",
         "continuations and spreads one-shots, so it keeps the agent loop warm and the burst spread.",
         `HTML report (charts): ${report}${options.json ? `\nJSON (every sample): ${options.json}` : ""}`,
-        "Next: `llmroute bench --sim 2` adds the shared-prefix and capacity workloads and the oracle;",
+        "Next: `llmroute bench --sim 2` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;",
         "`llmroute bench --config router.toml` measures your own replicas.",
       ].join("\n"),
     );

@@ -1,12 +1,15 @@
 /**
  * The HTML report: one self-contained file (inline CSS and SVG, no scripts, fonts or
- * images from anywhere) that can be mailed or attached to an issue. Charts: TTFT per turn
- * per policy (agent), burst wall per policy, and TTFT distributions (empirical CDFs) for
- * every workload; then the tables and headline ratios of the text report.
+ * images from anywhere) that can be mailed or attached to an issue. First the matrix as a
+ * shaded table; then per workload its charts — TTFT per turn (agent), burst wall per
+ * policy, TTFT mean per rung (llmd), TTFT distributions (empirical CDFs) for every
+ * workload — and the text report's tables; the headline ratios last.
  */
 import type { WorkloadName } from "./args.ts";
-import { headlineLines, headlines, TITLES, workloadNote, workloadTable, type WorkloadSummary } from "./report.ts";
+import { fmt, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
+import { describeRun, headlineLines, headlines, HIT_NOTE, hitTable, rungTable, TITLES, workloadNote, workloadTable, type WorkloadSummary } from "./report.ts";
 import type { BenchResult, Sample } from "./run.ts";
+import { median } from "./stats.ts";
 
 const COLOURS: Record<string, string> = {
   roundrobin: "#d62728",
@@ -15,6 +18,7 @@ const COLOURS: Record<string, string> = {
   affinity: "#1f77b4",
   hybrid: "#2ca02c",
   "cache-aware": "#9467bd",
+  "hybrid-plain": "#bcbd22",
   oracle: "#555555",
 };
 const colour = (arm: string) => COLOURS[arm] ?? "#17becf";
@@ -88,24 +92,37 @@ ${body}${leg}</svg>`;
 const legendItem = (arm: string, extra = "") =>
   `<line x1="0" x2="18" y1="0" y2="0" stroke="${colour(arm)}" stroke-width="3"${arm === "oracle" ? ' stroke-dasharray="4 3"' : ""}/><text x="24" y="4">${escapeHtml(arm + extra)}</text>`;
 
-/** TTFT of each turn of each conversation, one line per policy (log y). */
-export function turnChart(series: { arm: string; turns: { turn: number; ttftMs: number }[] }[]): string {
-  const all = series.flatMap((s) => s.turns.map((t) => t.ttftMs / 1000)).filter((v) => v > 0 && Number.isFinite(v));
-  if (all.length === 0) return "";
-  const maxTurn = Math.max(...series.flatMap((s) => s.turns.map((t) => t.turn)));
-  const y: Axis = { min: Math.min(...all) * 0.8, max: Math.max(...all) * 1.25, log: true };
-  const x: Axis = { min: 1, max: Math.max(2, maxTurn), log: false };
+/** One line per policy through (x, y) points, log y; x linear or log. */
+export function lineChart(series: { arm: string; points: { x: number; y: number }[] }[], xLabel: string, yLabel: string, xLog = false): string {
+  const usable = series.map((s) => ({ arm: s.arm, points: s.points.filter((p) => Number.isFinite(p.y) && p.y > 0) }));
+  const ys = usable.flatMap((s) => s.points.map((p) => p.y));
+  if (ys.length === 0) return "";
+  const xs = usable.flatMap((s) => s.points.map((p) => p.x));
+  const y: Axis = { min: Math.min(...ys) * 0.8, max: Math.max(...ys) * 1.25, log: true };
+  const x: Axis = xLog ? { min: Math.min(...xs) / 1.2, max: Math.max(...xs) * 1.2, log: true } : { min: Math.min(...xs), max: Math.max(Math.min(...xs) + 1, ...xs), log: false };
   const px = (v: number) => M.left + project(v, x, PW);
   const py = (v: number) => M.top + PH - project(v, y, PH);
-  const body = series
+  const body = usable
     .map((s) => {
-      const pts = s.turns.filter((t) => Number.isFinite(t.ttftMs) && t.ttftMs > 0).map((t) => `${px(t.turn).toFixed(1)},${py(t.ttftMs / 1000).toFixed(1)}`);
-      const dots = pts.map((p) => `<circle cx="${p.split(",")[0]}" cy="${p.split(",")[1]}" r="2.5" fill="${colour(s.arm)}"/>`).join("");
-      return `<polyline points="${pts.join(" ")}" fill="none" stroke="${colour(s.arm)}" stroke-width="2"${s.arm === "oracle" ? ' stroke-dasharray="4 3"' : ""}/>${dots}`;
+      const pts = s.points.map((p) => [px(p.x).toFixed(1), py(p.y).toFixed(1)] as const);
+      const dots = pts.map(([cx, cy]) => `<circle cx="${cx}" cy="${cy}" r="2.5" fill="${colour(s.arm)}"/>`).join("");
+      return `<polyline points="${pts.map((p) => p.join(",")).join(" ")}" fill="none" stroke="${colour(s.arm)}" stroke-width="2"${s.arm === "oracle" ? ' stroke-dasharray="4 3"' : ""}/>${dots}`;
     })
     .join("\n");
-  const xTicks = linearTicks(1, x.max, Math.min(maxTurn, 10)).filter((t) => Number.isInteger(t));
-  return frame(x, y, "turn", "TTFT, s (log)", xTicks, logTicks(y.min, y.max), body, series.map((s) => legendItem(s.arm)));
+  const xTicks = xLog ? [...new Set(xs)].sort((a, b) => a - b) : linearTicks(x.min, x.max, Math.min(x.max - x.min, 10)).filter((t) => Number.isInteger(t));
+  return frame(x, y, xLabel, yLabel, xTicks, logTicks(y.min, y.max), body, usable.map((s) => legendItem(s.arm)));
+}
+
+/** TTFT of each turn of the conversation, one line per policy (log y); over several runs, each turn's median. */
+export function turnChart(series: { arm: string; turns: { turn: number; ttftMs: number }[] }[]): string {
+  return lineChart(
+    series.map((s) => {
+      const turns = [...new Set(s.turns.map((t) => t.turn))].sort((a, b) => a - b);
+      return { arm: s.arm, points: turns.map((turn) => ({ x: turn, y: median(s.turns.filter((t) => t.turn === turn && Number.isFinite(t.ttftMs)).map((t) => t.ttftMs)) / 1000 })) };
+    }),
+    "turn",
+    "TTFT, s (log)",
+  );
 }
 
 /** One bar per policy (the median), a dot per burst. */
@@ -153,21 +170,46 @@ export function cdfChart(series: { arm: string; values: number[] }[], xLabel: st
 const CSS = `body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .label{font-size:12px}svg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}
-.note{color:#555}figure{margin:1em 0}figcaption{color:#555;font-size:12px}`;
+.note{color:#555}figure{margin:1em 0}figcaption{color:#555;font-size:12px}
+table.matrix{border-collapse:collapse;margin:1em 0;font-size:13px}table.matrix th,table.matrix td{border:1px solid #ddd;padding:.25em .45em;text-align:right;white-space:nowrap}
+table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2){text-align:left}table.matrix small{color:#555}
+.key{padding:0 .4em;border:1px solid #ddd}`;
 
 function samplesOf(result: BenchResult, workload: WorkloadName): { arm: string; samples: Sample[] }[] {
   const w = result.workloads.find((x) => x.workload === workload);
   return w ? w.arms.map((a) => ({ arm: a.arm, samples: a.samples.filter((s) => !s.error) })) : [];
 }
 
-export function renderHtml(result: BenchResult, summaries: readonly WorkloadSummary[]): string {
+const SHADES: Record<Tier | "worst", string> = { best: "#c7e9c0", near: "#fff2b3", far: "#fdd0a2", worst: "#f4a3a3" };
+
+/** The matrix as a shaded table: green within 5 % of the best arm, yellow within 25 %, orange beyond, red past 2×. */
+export function matrixHtml(m: Matrix): string {
+  const head = `<tr><th>workload</th><th>headline</th><th>n</th>${m.arms.map((a) => `<th>${escapeHtml(a)}</th>`).join("")}<th>best</th></tr>`;
+  const rows = m.rows.map((r) => {
+    const cells = r.cells.map((c) => {
+      const tier = tierOf(c.relative);
+      if (!tier) return "<td>-</td>";
+      const shade = c.relative > 2 ? SHADES.worst : SHADES[tier];
+      const spread = spreadOf(c);
+      const title = `${fmt(c.value, r.unit)}; n=${c.n.join("+")}${spread ? `; runs ${c.runs.map((v) => fmt(v, r.unit)).join(", ")}` : ""}`;
+      return `<td style="background:${shade}" title="${escapeHtml(title)}">${c.relative.toFixed(2)}×${spread ? ` <small>${spread}</small>` : ""}</td>`;
+    });
+    return `<tr><td>${r.workload}</td><td>${escapeHtml(r.what)}</td><td class="num">${sampleSize(r)}</td>${cells.join("")}<td class="num">${escapeHtml(`${fmt(r.best.value, r.unit)} ${r.best.arm}`)}</td></tr>`;
+  });
+  const legend = Object.entries({ "within 5 % of the best": SHADES.best, "within 25 %": SHADES.near, "further": SHADES.far, "over 2×": SHADES.worst })
+    .map(([label, shade]) => `<span class="key" style="background:${shade}">${label}</span>`)
+    .join(" ");
+  const runs = m.runs > 1 ? ` Median of ${m.runs} runs; ± is half the runs' range.` : "";
+  return `<table class="matrix">${head}${rows.join("")}</table>
+<p class="note">Each cell: the arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best).${runs} n = samples per arm${m.runs > 1 ? " and run" : ""}; hover a cell for its value. ${legend}</p>`;
+}
+
+export function renderHtml(result: BenchResult, summaries: readonly WorkloadSummary[], matrix: Matrix): string {
   const t = result.target;
   const replicas = t.replicas.map((r) => r.name);
-  const where =
-    t.kind === "sim"
-      ? `${t.replicas.length} simulated 3090-class replicas (${t.replicas[0]?.kvTokens.toLocaleString("en-US")} KV tokens each) at time scale ${t.timeScale}; all times are model time (real ÷ ${t.timeScale}).`
-      : `${t.replicas.length} replicas from ${escapeHtml(result.options.config ?? "")}, model ${escapeHtml(t.model)}.`;
+  const { title, where } = describeRun(result, matrix.runs);
   const sections: string[] = [];
+  let explained = false;
   for (const w of summaries) {
     const charts: string[] = [];
     const bySample = samplesOf(result, w.workload);
@@ -175,7 +217,21 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
       charts.push(
         figure(
           turnChart(bySample.map(({ arm, samples }) => ({ arm, turns: samples.filter((s) => s.kind === "turn" && s.group === 0).map((s) => ({ turn: s.index, ttftMs: s.ttftMs })) }))),
-          "TTFT of every turn of the conversation, per policy. Turn 1 is cold everywhere; after it, a policy that keeps the conversation on one replica stays low.",
+          `TTFT of every turn of the conversation, per policy${matrix.runs > 1 ? " (each turn's median over the runs)" : ""}. Turn 1 is cold everywhere; after it, a policy that keeps the conversation on one replica stays low.`,
+        ),
+      );
+    }
+    if (w.workload === "llmd") {
+      const rates = result.options.llmd.rates;
+      charts.push(
+        figure(
+          lineChart(
+            w.arms.map((a) => ({ arm: a.arm, points: (a.rungs ?? []).filter((r) => r.rung >= 1).map((r) => ({ x: rates[r.rung - 1]!, y: r.ttft.mean / 1000 })) })),
+            "offered rate, requests per second (log)",
+            "TTFT mean, s (log)",
+            true,
+          ),
+          "Mean TTFT at each rung of the ladder, per policy (llm-d's latency-vs-QPS chart). Where a line turns up, that policy's fleet can no longer keep up.",
         ),
       );
     }
@@ -184,7 +240,7 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
       charts.push(
         figure(
           barChart(
-            res.arms.map((a) => ({ arm: a.arm, median: summaries.find((s) => s.workload === w.workload)!.arms.find((s) => s.arm === a.arm)!.burstWall?.median! / 1000, values: a.bursts.map((b) => b.wallMs / 1000) })),
+            res.arms.map((a) => ({ arm: a.arm, median: w.arms.find((s) => s.arm === a.arm)!.burstWall?.median! / 1000, values: a.bursts.map((b) => b.wallMs / 1000) })),
             "burst wall, s",
           ),
           "Wall time of each burst (first request sent → last byte received), per policy.",
@@ -201,9 +257,11 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
         `TTFT distribution${warmOnly ? " of warm conversation turns" : ""}: further left is faster; a step is one request.`,
       ),
     );
-    const note = workloadNote(w.workload, result);
+    const tables = [workloadTable(w, replicas), rungTable(w, result.options), hitTable(w, replicas)].filter((x) => x !== undefined);
+    const notes = [explained ? undefined : HIT_NOTE, workloadNote(w.workload, result)].filter((x) => x !== undefined);
+    explained = true;
     sections.push(
-      `<h2>${escapeHtml(TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(workloadTable(w, replicas))}</pre>${note ? `<p class="note">${escapeHtml(note)}</p>` : ""}`,
+      `<h2>${escapeHtml(TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(tables.join("\n\n"))}</pre>${notes.map((n) => `<p class="note">${escapeHtml(n)}</p>`).join("")}`,
     );
   }
   const hl = headlines(summaries);
@@ -211,10 +269,11 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
 <html lang="en"><head><meta charset="utf-8"><title>llmroute bench ${escapeHtml(result.run)}</title><style>${CSS}</style></head>
 <body>
 <h1>llmroute bench</h1>
-<p class="note">Run ${escapeHtml(result.run)}, ${escapeHtml(result.startedAt)}, ${result.elapsedS.toFixed(0)} s real. ${where}
+<p class="note">${escapeHtml(title)}, started ${escapeHtml(result.startedAt)}. ${escapeHtml(where)}.
 Every arm starts from a cold, equal fleet; every prompt opens with a salt line unique to the run, workload and arm. n = sample size.</p>
-${hl.length ? `<h2>Headline ratios</h2><pre>${escapeHtml(headlineLines(hl))}</pre>` : ""}
+${matrixHtml(matrix)}
 ${sections.join("\n")}
+${hl.length ? `<h2>Headline ratios</h2><pre>${escapeHtml(headlineLines(hl))}</pre>` : ""}
 </body></html>
 `;
 }

@@ -1,11 +1,13 @@
 /**
  * From samples to figures, pure: one summary per workload and arm (always with its sample
- * size), the headline ratios next to the seed's numbers, and the plain-text tables. The
- * HTML report (html.ts) and the JSON file read the same summaries.
+ * size, its hit-rate decomposition and, for llmd, its rungs), several runs pooled, the
+ * headline ratios next to the seed's numbers, and the plain-text tables. The HTML report
+ * (html.ts) and the JSON file read the same summaries.
  */
 import { int, pct, table } from "../ops/table.ts";
 import type { WorkloadName } from "./args.ts";
 import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
+import { burstFigure, fmt, keyFigure, matrixText, type Matrix } from "./matrix.ts";
 import { ratio, shares, summarize, type Summary } from "./stats.ts";
 
 export interface ArmSummary {
@@ -25,6 +27,13 @@ export interface ArmSummary {
   cachedShare: number;
   /** Completed requests per model second, first send to last byte. */
   throughput: number;
+  /** Completion tokens per model second over the same span. */
+  outputTps: number;
+  /** Where the hits were lost: available → captured → delivered, over every request. */
+  hits: HitDecomposition;
+  /** llmd: TTFT, req/s and output tokens/s per rung (0 = warm-up), and over the ladder (rungs ≥ 1). */
+  rungs?: RungSummary[];
+  ladder?: RungSummary;
   /** Share of requests per replica. */
   replicaShare: Record<string, number>;
   /** Share of requests per x-llmroute-route reason. */
@@ -38,7 +47,72 @@ export interface ArmSummary {
   wallMs: number;
 }
 
+/** Three hit rates, each Σ tokens ÷ Σ prompt tokens of the same requests. */
+export interface HitRates {
+  requests: number;
+  /** Cached on some replica at routing time, by the router's index (the oracle: by the sims); undefined when not reported. */
+  available?: number;
+  /** … on the replica chosen. */
+  captured?: number;
+  /** cached_tokens reported by the engine. */
+  delivered: number;
+}
+
+export interface HitDecomposition extends HitRates {
+  /** The same, over the requests each replica served. */
+  perReplica: Record<string, HitRates>;
+}
+
+export interface RungSummary {
+  rung: number;
+  ttft: Summary;
+  /** Completed requests per model second, the rung's first send to its last byte. */
+  throughput: number;
+  outputTps: number;
+}
+
 const ok = (s: Sample) => !s.error;
+
+/**
+ * The decomposition over `samples`. available and captured count only requests whose
+ * router reported them, over those requests' own prompt tokens; undefined when none did.
+ */
+export function hitRates(samples: readonly Sample[]): HitRates {
+  const sum = (list: readonly Sample[], f: (s: Sample) => number) => list.reduce((a, s) => a + f(s), 0);
+  const rate = (list: readonly Sample[], f: (s: Sample) => number) => {
+    const prompt = sum(list, (s) => s.promptTokens);
+    return list.length === 0 || prompt === 0 ? undefined : sum(list, f) / prompt;
+  };
+  const out: HitRates = { requests: samples.length, delivered: rate(samples, (s) => s.cachedTokens) ?? NaN };
+  const available = rate(samples.filter((s) => s.availableTokens !== undefined), (s) => s.availableTokens!);
+  const captured = rate(samples.filter((s) => s.capturedTokens !== undefined), (s) => s.capturedTokens!);
+  if (available !== undefined) out.available = available;
+  if (captured !== undefined) out.captured = captured;
+  return out;
+}
+
+export function hitDecomposition(samples: readonly Sample[], replicas: readonly string[]): HitDecomposition {
+  const names = [...new Set([...replicas, ...samples.map((s) => s.replica)])];
+  return { ...hitRates(samples), perReplica: Object.fromEntries(names.map((r) => [r, hitRates(samples.filter((s) => s.replica === r))])) };
+}
+
+/**
+ * Requests and completion tokens per model second from the first send to the last byte;
+ * pooled runs each have their own clock, so their spans add up.
+ */
+function rates(samples: readonly Sample[]): { throughput: number; outputTps: number } {
+  if (samples.length === 0) return { throughput: NaN, outputTps: NaN };
+  let span = 0;
+  for (const run of new Set(samples.map((s) => s.run ?? 0))) {
+    const mine = samples.filter((s) => (s.run ?? 0) === run);
+    span += (Math.max(...mine.map((s) => s.startMs + s.totalMs)) - Math.min(...mine.map((s) => s.startMs))) / 1000;
+  }
+  return { throughput: samples.length / span, outputTps: samples.reduce((a, s) => a + s.completionTokens, 0) / span };
+}
+
+function rungSummary(rung: number, samples: readonly Sample[]): RungSummary {
+  return { rung, ttft: summarize(samples.map((s) => s.ttftMs)), ...rates(samples) };
+}
 const cachedShare = (samples: readonly Sample[]) => {
   const prompt = samples.reduce((a, s) => a + s.promptTokens, 0);
   return prompt === 0 ? NaN : samples.reduce((a, s) => a + s.cachedTokens, 0) / prompt;
@@ -49,13 +123,13 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
   const turns = good.filter((s) => s.kind === "turn");
   const warmTurns = turns.filter((s) => s.index > 1);
   const others = good.filter((s) => s.kind !== "turn");
-  const span = good.length === 0 ? NaN : Math.max(...good.map((s) => s.startMs + s.totalMs)) - Math.min(...good.map((s) => s.startMs));
   const out: ArmSummary = {
     arm: arm.arm,
     requests: arm.samples.length,
     errors: arm.samples.length - good.length,
-    cachedShare: cachedShare(workload === "burst" || workload === "shared" ? others : warmTurns),
-    throughput: good.length / (span / 1000),
+    cachedShare: cachedShare(workload === "agent" || workload === "mixed" || workload === "capacity" ? warmTurns : others),
+    ...rates(good),
+    hits: hitDecomposition(good, replicas),
     replicaShare: shares(
       good.map((s) => s.replica),
       replicas,
@@ -76,6 +150,11 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
     });
   }
   if (others.length > 0) out.ttft = summarize(others.map((s) => s.ttftMs));
+  if (workload === "llmd") {
+    const rungs = [...new Set(others.map((s) => s.rung ?? 0))].sort((a, b) => a - b);
+    out.rungs = rungs.map((r) => rungSummary(r, others.filter((s) => (s.rung ?? 0) === r)));
+    out.ladder = rungSummary(-1, others.filter((s) => (s.rung ?? 0) >= 1));
+  }
   if (arm.bursts.length > 0) out.burstWall = summarize(arm.bursts.map((b) => b.wallMs));
   if (arm.warnings) out.capacityWarnings = arm.warnings.filter((w) => w.includes("kv_tokens"));
   if (arm.sim) {
@@ -88,10 +167,12 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
 export interface WorkloadSummary {
   workload: WorkloadName;
   arms: ArmSummary[];
+  /** The best achievable hit rate, from the plan (shared, pressured, llmd). */
+  ceiling?: number;
 }
 
 export function summarizeWorkload(w: WorkloadResult, replicas: readonly string[]): WorkloadSummary {
-  return { workload: w.workload, arms: w.arms.map((a) => summarizeArm(w.workload, a, replicas)) };
+  return { workload: w.workload, arms: w.arms.map((a) => summarizeArm(w.workload, a, replicas)), ...(w.ceiling === undefined ? {} : { ceiling: w.ceiling }) };
 }
 
 // --- headline ratios ------------------------------------------------------------------------
@@ -105,26 +186,6 @@ export interface Headline {
   seedNote?: string;
   /** The figures divided, with their sample sizes, e.g. "2,142 ms (n=15) / 1,610 ms (n=15)". */
   detail: string;
-}
-
-/** The figure of one arm that a workload is judged by, with its sample size. */
-export function keyFigure(workload: WorkloadName, s: ArmSummary): { value: number; n: number; what: string; unit: "ms" | "s" } | undefined {
-  switch (workload) {
-    case "agent":
-    case "capacity":
-      return s.warm && { value: s.warm.median, n: s.warm.n, what: "warm-turn TTFT p50", unit: workload === "agent" ? "ms" : "s" };
-    case "mixed":
-      return s.warm && { value: s.warm.median, n: s.warm.n, what: "agent warm-turn TTFT p50", unit: "ms" };
-    case "burst":
-      return s.burstWall && { value: s.burstWall.median, n: s.burstWall.n, what: "wall p50", unit: "s" };
-    case "shared":
-      return s.ttft && { value: s.ttft.median, n: s.ttft.n, what: "TTFT p50", unit: "ms" };
-  }
-}
-
-/** Burst wall p50 (mixed's second figure). */
-export function burstFigure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
-  return s.burstWall && { value: s.burstWall.median, n: s.burstWall.n, what: "burst wall p50", unit: "s" };
 }
 
 export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
@@ -192,10 +253,6 @@ export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
 
 // --- text ------------------------------------------------------------------------------------
 
-export function fmt(value: number, unit: "ms" | "s"): string {
-  if (!Number.isFinite(value)) return "-";
-  return unit === "ms" ? `${int(value)} ms` : `${(value / 1000).toFixed(1)} s`;
-}
 
 const ms = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "-" : int(v));
 const sec = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "-" : (v / 1000).toFixed(1));
@@ -215,6 +272,8 @@ export const TITLES: Record<WorkloadName, string> = {
   burst: "burst — distinct cold requests sharing a system prompt, all at once",
   mixed: "mixed — agent loops running while bursts arrive",
   shared: "shared — many users over a few long shared prefixes, Poisson arrivals",
+  pressured: "pressured — shared with documents that overflow one card and nearly fill the fleet: placement decides the hit rate",
+  llmd: "llmd — llm-d's shared_prefix: groups of prompts sharing a system prompt, a Poisson ladder of rates",
   capacity: "capacity — concurrent large conversation families vs per-card KV",
 };
 
@@ -241,10 +300,17 @@ export function workloadTable(w: WorkloadSummary, replicas: readonly string[]): 
         { right: [1, 2, 3, 4, 5, 6] },
       );
     case "shared":
+    case "pressured":
       return table(
         ["policy", "n", "ttft p50 ms", "ttft p90 ms", "hit rate", "req/s", `requests ${who}`, "capacity warning", "errors"],
-        w.arms.map((s) => [s.arm, s.ttft?.n ?? 0, ms(s.ttft?.median), ms(s.ttft?.p90), share(s.cachedShare), Number.isFinite(s.throughput) ? s.throughput.toFixed(2) : "-", split(s), warned(s), errs(s)]),
+        w.arms.map((s) => [s.arm, s.ttft?.n ?? 0, ms(s.ttft?.median), ms(s.ttft?.p90), share(s.cachedShare), rate(s.throughput), split(s), warned(s), errs(s)]),
         { right: [1, 2, 3, 4, 5] },
+      );
+    case "llmd":
+      return table(
+        ["policy", "n", "ttft mean ms", "ttft p90 ms", "req/s", "out tok/s", "hit rate", `requests ${who}`, "errors"],
+        w.arms.map((s) => [s.arm, s.ladder?.ttft.n ?? 0, ms(s.ladder?.ttft.mean), ms(s.ladder?.ttft.p90), rate(s.ladder?.throughput), ms(s.ladder?.outputTps), share(s.cachedShare), split(s), errs(s)]),
+        { right: [1, 2, 3, 4, 5, 6] },
       );
     case "capacity": {
       const groups = w.arms[0]?.perGroup?.map((g) => g.group) ?? [];
@@ -270,10 +336,73 @@ export function workloadTable(w: WorkloadSummary, replicas: readonly string[]): 
   }
 }
 
+const rate = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? "-" : v.toFixed(2));
+
+/** llmd, rung by rung: TTFT mean / p90 and completed req/s at each offered rate. */
+export function rungTable(w: WorkloadSummary, options: BenchResult["options"]): string | undefined {
+  if (w.workload !== "llmd") return undefined;
+  const l = options.llmd;
+  const label = (rung: number) => (rung === 0 ? `warm-up ${l.warmupRate}/s` : `${l.rates[rung - 1]}/s`);
+  const rungs = [...new Set(w.arms.flatMap((s) => s.rungs?.map((r) => r.rung) ?? []))].sort((a, b) => a - b);
+  const n = (rung: number) => {
+    const counts = new Set(w.arms.map((s) => s.rungs?.find((r) => r.rung === rung)?.ttft.n ?? 0));
+    return counts.size === 1 ? `n=${[...counts][0]}` : `n=${Math.min(...counts)}–${Math.max(...counts)}`;
+  };
+  return table(
+    ["per rung: ttft mean / p90 ms, req/s", ...rungs.map((r) => `${label(r)} (${n(r)})`)],
+    w.arms.map((s) => [
+      s.arm,
+      ...rungs.map((rung) => {
+        const r = s.rungs?.find((x) => x.rung === rung);
+        return r ? `${ms(r.ttft.mean)} / ${ms(r.ttft.p90)}, ${rate(r.throughput)}` : "-";
+      }),
+    ]),
+    { right: rungs.map((_, i) => i + 1) },
+  );
+}
+
+/** Where the hits were lost, per arm and per replica: available → captured → delivered. */
+export function hitTable(w: WorkloadSummary, replicas: readonly string[]): string {
+  const ceiling = w.ceiling;
+  const three = (h: HitRates | undefined) => (h ? `${h.available === undefined ? "-" : pct(h.available)}/${h.captured === undefined ? "-" : pct(h.captured)}/${share(h.delivered)}` : "-");
+  return table(
+    [
+      "hit rate (all requests)",
+      "available",
+      "captured",
+      "delivered",
+      ...(ceiling === undefined ? [] : ["ceiling", "÷ ceiling"]),
+      ...replicas.map((r) => `${r} n a/c/d`),
+    ],
+    w.arms.map((s) => [
+      s.arm,
+      s.hits.available === undefined ? "-" : pct(s.hits.available),
+      s.hits.captured === undefined ? "-" : pct(s.hits.captured),
+      share(s.hits.delivered),
+      ...(ceiling === undefined ? [] : [share(ceiling), share(s.hits.delivered / ceiling)]),
+      ...replicas.map((r) => `${s.hits.perReplica[r]?.requests ?? 0} ${three(s.hits.perReplica[r])}`),
+    ]),
+    { right: [1, 2, 3, ...(ceiling === undefined ? [] : [4, 5])] },
+  );
+}
+
+/** What the decomposition columns mean, printed once under the first hit table. */
+export const HIT_NOTE =
+  "available: prompt tokens cached on some replica when the request was routed, by the router's index (oracle: by the sims); captured: on the replica chosen; " +
+  "delivered: cached_tokens from the engine. Each Σ ÷ Σ prompt tokens; - = the router does not report it. ceiling: the best any placement can deliver (each document's, group's or prompt's first request misses).";
+
 function warned(s: ArmSummary): string {
   if (s.capacityWarnings === undefined) return "n/a";
   if (s.capacityWarnings.length === 0) return "no";
-  return `yes: ${s.capacityWarnings.map((w) => w.match(/^(\S+): working set ~(\d+)/)?.slice(1, 3).join(" ~") ?? w).join(", ")}`;
+  // One entry per replica, its largest working set (pooled runs each warned on their own).
+  const largest = new Map<string, number>();
+  const other: string[] = [];
+  for (const w of s.capacityWarnings) {
+    const m = w.match(/^(\S+): working set ~(\d+)/);
+    if (m) largest.set(m[1]!, Math.max(largest.get(m[1]!) ?? 0, Number(m[2])));
+    else other.push(w);
+  }
+  return `yes: ${[...[...largest].map(([replica, tokens]) => `${replica} ~${tokens}`), ...other].join(", ")}`;
 }
 
 export function headlineLines(list: readonly Headline[]): string {
@@ -306,21 +435,64 @@ export function workloadNote(workload: WorkloadName, result: BenchResult): strin
   );
 }
 
-/** The whole text report: a header, one table per workload, the headlines. */
-export function renderText(result: BenchResult, summaries: readonly WorkloadSummary[]): string {
-  const replicas = result.target.replicas.map((r) => r.name);
+/** Where and how long: the report's first lines. */
+export function describeRun(result: BenchResult, runs: number): { title: string; where: string } {
   const t = result.target;
   const where =
     t.kind === "sim"
       ? `${t.replicas.length} simulated 3090-class replicas (${int(t.replicas[0]?.kvTokens ?? 0)} KV tokens each), time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`
       : `${t.replicas.length} replicas from ${result.options.config}, model ${t.model}`;
-  const parts = [`llmroute bench · run ${result.run} · ${where}`, `took ${result.elapsedS.toFixed(0)} s real`];
+  const title = `${runs > 1 ? `${runs} runs ${result.run.split("+").join(", ")}` : `run ${result.run}`}, ${result.elapsedS.toFixed(0)} s real`;
+  return { title, where };
+}
+
+/** The whole text report: the matrix, then per workload its table(s), then the headline ratios. */
+export function renderText(result: BenchResult, summaries: readonly WorkloadSummary[], matrix: Matrix): string {
+  const replicas = result.target.replicas.map((r) => r.name);
+  const { title, where } = describeRun(result, matrix.runs);
+  const parts = [`llmroute bench · ${title} · ${where}`, "", matrixText(matrix)];
+  let explained = false;
   for (const w of summaries) {
     parts.push("", TITLES[w.workload], workloadTable(w, replicas));
+    const rungs = rungTable(w, result.options);
+    if (rungs) parts.push(rungs);
+    parts.push(hitTable(w, replicas));
+    if (!explained) parts.push(HIT_NOTE);
+    explained = true;
     const note = workloadNote(w.workload, result);
     if (note) parts.push(note);
   }
   const hl = headlines(summaries);
   if (hl.length > 0) parts.push("", headlineLines(hl));
   return parts.join("\n");
+}
+
+// --- several runs ------------------------------------------------------------------------------
+
+/**
+ * Several runs as one: each arm's samples and bursts side by side (so the detailed tables
+ * are over every run's requests, n included), warnings united, sim counters summed. The
+ * matrix takes each run's own figures instead (buildMatrix), to show their spread.
+ */
+export function poolRuns(results: readonly BenchResult[]): BenchResult {
+  const first = results[0]!;
+  if (results.length === 1) return first;
+  const workloads = first.workloads.map((w, i): WorkloadResult => {
+    const arms = w.arms.map((a, j): ArmResult => {
+      const all = results.map((r) => r.workloads[i]!.arms[j]!);
+      const pooled: ArmResult = {
+        arm: a.arm,
+        samples: all.flatMap((x, run) => x.samples.map((s) => ({ ...s, run }))),
+        bursts: all.flatMap((x) => x.bursts),
+        wallMs: all.reduce((sum, x) => sum + x.wallMs, 0),
+      };
+      if (all.some((x) => x.warnings)) pooled.warnings = [...new Set(all.flatMap((x) => x.warnings ?? []))];
+      if (all.every((x) => x.sim)) {
+        pooled.sim = { preemptions: all.reduce((sum, x) => sum + x.sim!.preemptions, 0), evictedBlocks: all.reduce((sum, x) => sum + x.sim!.evictedBlocks, 0) };
+      }
+      return pooled;
+    });
+    return { ...w, arms };
+  });
+  return { ...first, run: results.map((r) => r.run).join("+"), elapsedS: results.reduce((sum, r) => sum + r.elapsedS, 0), workloads };
 }

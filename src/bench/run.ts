@@ -5,7 +5,8 @@
  * scale) and leaves every figure to report.ts.
  */
 import type { BenchOptions, WorkloadName } from "./args.ts";
-import { fmt, keyFigure, summarizeArm } from "./report.ts";
+import { fmt, keyFigure } from "./matrix.ts";
+import { summarizeArm } from "./report.ts";
 import type { Outcome } from "./client.ts";
 import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
 import {
@@ -13,11 +14,14 @@ import {
   agentPlan,
   burstMessages,
   chatBody,
+  hitCeiling,
+  ladderRequests,
   saltLine,
   sharedRequests,
   type AgentPlan,
   type BurstSpec,
   type ChatMessage,
+  type LadderRequest,
 } from "./workloads.ts";
 
 export interface Sample {
@@ -25,8 +29,12 @@ export interface Sample {
   group: number;
   /** 1-based turn for conversations; position in the burst; the shared document. */
   index: number;
-  /** "turn" (a conversation's request), "burst" (a burst member), "shared". */
+  /** "turn" (a conversation's request), "burst" (a burst member), "shared" (a one-shot over a shared prefix: shared, pressured, llmd). */
   kind: "turn" | "burst" | "shared";
+  /** llmd: 0 = warm-up, k = the ladder's k-th rate. */
+  rung?: number;
+  /** Which run, once several are pooled (their clocks each start at 0). */
+  run?: number;
   /** Model ms from the arm's start to sending. */
   startMs: number;
   /** Model ms to the first content chunk (NaN if none). */
@@ -38,6 +46,10 @@ export interface Sample {
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
+  /** Prompt tokens cached on some replica when the request was routed, by the router's index (the oracle: by the sims). */
+  availableTokens?: number;
+  /** … cached on the replica it went to. */
+  capturedTokens?: number;
   error?: string;
 }
 
@@ -63,6 +75,8 @@ export interface ArmResult {
 export interface WorkloadResult {
   workload: WorkloadName;
   arms: ArmResult[];
+  /** The best hit rate any placement could deliver, from the plan (shared, pressured, llmd). */
+  ceiling?: number;
 }
 
 export interface BenchResult {
@@ -105,6 +119,8 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
   const workloads: WorkloadResult[] = [];
   for (const workload of options.workloads) {
     const result: WorkloadResult = { workload, arms: [] };
+    const ceiling = planCeiling(workload, options);
+    if (ceiling !== undefined) result.ceiling = ceiling;
     for (const name of arms) {
       const arm = await runArm(target, options, run, workload, name, progress);
       result.arms.push(arm);
@@ -223,18 +239,19 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     await burstLoop;
     return { samples, bursts };
   },
-  shared: async (ctx, o) => {
-    const requests = sharedRequests(o.shared, ctx.salt);
-    let done = 0;
-    const samples = await Promise.all(
-      requests.map(async (r, i) => {
-        await ctx.until(r.atMs);
-        const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, r.messages, o.shared.replyTokens), { group: i, index: r.doc, kind: "shared" });
-        done++;
-        if (done % 10 === 0 || done === requests.length) ctx.progress.status(`${done}/${requests.length} requests`);
-        return sample;
-      }),
-    );
+  shared: async (ctx, o) => ({ samples: await driveArrivals(ctx, sharedRequests(o.shared, ctx.salt), o.shared.replyTokens, (r, i) => ({ group: i, index: r.doc })) }),
+  pressured: async (ctx, o) => ({ samples: await driveArrivals(ctx, sharedRequests(o.pressured, ctx.salt), o.pressured.replyTokens, (r, i) => ({ group: i, index: r.doc })) }),
+  llmd: async (ctx, o) => {
+    const requests = ladderRequests(o.llmd, ctx.salt);
+    const where = (r: LadderRequest, i: number) => ({ group: i, index: r.group, rung: r.rung });
+    const warmup = requests.filter((r) => r.rung === 0);
+    const samples = await driveArrivals(ctx, warmup, o.llmd.replyTokens, where);
+    // Unlike llm-d, the ladder waits for the warm-up to drain: a slow warm-up (it is where
+    // every system prompt is computed cold) would otherwise leak into the first rung.
+    const start = ctx.now();
+    const first = requests[warmup.length]?.atMs ?? 0;
+    const ladder = requests.slice(warmup.length).map((r) => ({ ...r, atMs: start + r.atMs - first }));
+    samples.push(...(await driveArrivals(ctx, ladder, o.llmd.replyTokens, (r, i) => where(r, warmup.length + i))));
     return { samples };
   },
   capacity: async (ctx, o) => {
@@ -249,7 +266,34 @@ const DRIVERS: Record<WorkloadName, Driver> = {
   },
 };
 
-async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind">): Promise<Sample & { text: string }> {
+/** The plan's hit-rate ceiling (no salt changes a token count, so any salt will do). */
+export function planCeiling(workload: WorkloadName, o: BenchOptions): number | undefined {
+  if (workload === "shared") return hitCeiling(sharedRequests(o.shared, ""));
+  if (workload === "pressured") return hitCeiling(sharedRequests(o.pressured, ""));
+  if (workload === "llmd") return hitCeiling(ladderRequests(o.llmd, ""));
+  return undefined;
+}
+
+/** One-shots sent at their planned arrival times (open loop: nobody waits for an answer). */
+async function driveArrivals<R extends { atMs: number; messages: ChatMessage[] }>(
+  ctx: DriveContext,
+  requests: readonly R[],
+  replyTokens: number,
+  where: (r: R, i: number) => Pick<Sample, "group" | "index" | "rung">,
+): Promise<Sample[]> {
+  let done = 0;
+  return Promise.all(
+    requests.map(async (r, i) => {
+      await ctx.until(r.atMs);
+      const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, r.messages, replyTokens), { ...where(r, i), kind: "shared" });
+      done++;
+      if (done % 10 === 0 || done === requests.length) ctx.progress.status(`${done}/${requests.length} requests`);
+      return sample;
+    }),
+  );
+}
+
+async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind" | "rung">): Promise<Sample & { text: string }> {
   const startMs = ctx.now();
   const out: Outcome = await ctx.arm.send(body);
   return {
@@ -264,6 +308,8 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
     promptTokens: out.promptTokens,
     cachedTokens: out.cachedTokens,
     completionTokens: out.completionTokens,
+    ...(out.availableTokens === undefined ? {} : { availableTokens: out.availableTokens }),
+    ...(out.capturedTokens === undefined ? {} : { capturedTokens: out.capturedTokens }),
     ...(out.error ? { error: out.error } : {}),
   };
 }

@@ -10,6 +10,7 @@ import type { PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
 import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
+import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
 import { startSimFleet, type SimServer } from "../sim/index.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
@@ -69,12 +70,48 @@ export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName,
   return `${lines.join("\n")}\n`;
 }
 
+/** The router's per-request record, with the index's view of the cache (available, captured). */
+export type IndexedRecord = RequestRecord;
+
+/**
+ * Take the router's record of the request `out` describes out of `pending`. The proxy calls
+ * onRecord before it closes the client's stream, so by the time a response has been read
+ * to its end, its record is in `pending`. A record carries no request id, so it is matched
+ * by what both sides saw: replica, status and the engine's usage. Two pending records
+ * alike in all of these may be swapped between their requests; every figure the bench
+ * reports sums over requests per arm and per replica, and those sums do not change.
+ */
+export function claimRecord(pending: IndexedRecord[], out: Outcome): IndexedRecord | undefined {
+  if (out.error) return undefined;
+  const i = pending.findIndex(
+    (r) =>
+      r.replica === out.replica &&
+      r.status === out.status &&
+      (r.promptTokens ?? 0) === out.promptTokens &&
+      (r.cachedTokens ?? 0) === out.cachedTokens &&
+      (r.completionTokens ?? 0) === out.completionTokens,
+  );
+  return i < 0 ? undefined : pending.splice(i, 1)[0];
+}
+
 async function routerArm(config: Config, fetchImpl?: FetchLike): Promise<Arm> {
-  const server = await startRouter(config, { log: memoryLog() });
+  const pending: IndexedRecord[] = [];
+  const server = await startRouter(config, {
+    log: memoryLog(),
+    onRecord: (r) => {
+      if (r.outcome === "ok") pending.push(r);
+    },
+  });
   const name = config.routing.policy;
   return {
     name,
-    send: (body) => sendChat(server.url, body, { fetch: fetchImpl }),
+    async send(body) {
+      const out = await sendChat(server.url, body, { fetch: fetchImpl });
+      const record = claimRecord(pending, out);
+      if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
+      if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
+      return out;
+    },
     async status() {
       // GET /status also refreshes the capacity readings, like `llmroute status` does.
       const res = await fetch(`${server.adminUrl ?? server.url}/status`);
@@ -133,7 +170,11 @@ export function oracleArm(replicas: readonly ReplicaInfo[], cachedTokenCost: num
       const replica = replicas.find((r) => r.name === choice)!;
       inflight.set(choice, inflight.get(choice)! + 1);
       try {
-        return await sendChat(replica.url, body, { fetch: fetchImpl, replica: replica.name, route: "oracle" });
+        const out = await sendChat(replica.url, body, { fetch: fetchImpl, replica: replica.name, route: "oracle" });
+        // The oracle's view is the sims' own: cached somewhere, and cached where it sent it.
+        out.availableTokens = Math.max(...replies.map((r) => r.cached_tokens));
+        out.capturedTokens = replies[replicas.indexOf(replica)]!.cached_tokens;
+        return out;
       } finally {
         inflight.set(choice, inflight.get(choice)! - 1);
       }

@@ -215,6 +215,116 @@ export function sharedRequests(spec: SharedSpec, salt: string): SharedRequest[] 
   });
 }
 
+// --- llmd: llm-d's shared_prefix benchmark, a Poisson ladder over groups of prompts -------
+
+/**
+ * llm-d's `shared_prefix` shape (inference-perf): `groups` system prompts, each shared by
+ * `promptsPerGroup` prompts that add their own question. The prompts are shuffled once and
+ * requests cycle through them in that order, so after one full set every request repeats a
+ * prompt already sent. One full set arrives first at `warmupRate` (llm-d's warm-up "seats
+ * the residents"), then the ladder: `rungRequests` Poisson arrivals at each of `rates`.
+ */
+export interface LadderSpec {
+  groups: number;
+  promptsPerGroup: number;
+  systemTokens: number;
+  questionTokens: number;
+  replyTokens: number;
+  /** Requests per model second of the warm-up (one full set of prompts). */
+  warmupRate: number;
+  /** The ladder's rates, requests per model second, in the order they run. */
+  rates: number[];
+  /** Requests per rung: the same sample size at every rate. */
+  rungRequests: number;
+  seed: number;
+}
+
+export interface LadderRequest {
+  atMs: number;
+  /** 0 = warm-up; k = the ladder's k-th rate. */
+  rung: number;
+  group: number;
+  /** The prompt within its group. */
+  prompt: number;
+  messages: ChatMessage[];
+}
+
+/** Fisher–Yates with the given PRNG. */
+function shuffle<T>(items: T[], next: () => number): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(next() * (i + 1));
+    [items[i], items[j]] = [items[j]!, items[i]!];
+  }
+  return items;
+}
+
+export function ladderRequests(spec: LadderSpec, salt: string): LadderRequest[] {
+  const systems = Array.from({ length: spec.groups }, (_, g) => `${salt}\n${filler(spec.systemTokens, `You are assistant ${g}. Follow these instructions:`)}`);
+  const next = rng(spec.seed);
+  const prompts = shuffle(
+    Array.from({ length: spec.groups * spec.promptsPerGroup }, (_, i) => ({ group: Math.floor(i / spec.promptsPerGroup), prompt: i % spec.promptsPerGroup })),
+    next,
+  );
+  const questions = prompts.map(({ group, prompt }) => filler(spec.questionTokens, `[${salt} group ${group} prompt ${prompt}] Question:`));
+  const stages = [{ rate: spec.warmupRate, count: prompts.length }, ...spec.rates.map((rate) => ({ rate, count: spec.rungRequests }))];
+  const out: LadderRequest[] = [];
+  let t = 0;
+  stages.forEach(({ rate, count }, rung) => {
+    for (let k = 0; k < count; k++) {
+      const i = out.length % prompts.length;
+      const { group, prompt } = prompts[i]!;
+      out.push({
+        atMs: t,
+        rung,
+        group,
+        prompt,
+        messages: [
+          { role: "system", content: systems[group]! },
+          { role: "user", content: questions[i]! },
+        ],
+      });
+      t += (-Math.log(1 - next()) / rate) * 1000;
+    }
+  });
+  return out;
+}
+
+// --- the ceiling: what no placement can beat ------------------------------------------------
+
+/**
+ * The best hit rate any router could deliver on these requests, in plan tokens: a request
+ * can reuse at most the longest run of leading messages that some earlier request already
+ * sent (with an unbounded cache). So each document's, group's or prompt's first request
+ * is a compulsory miss for what is new in it. Σ reusable ÷ Σ prompt tokens; the chat
+ * template's few tokens per message and the 16-token block rounding are left out.
+ */
+export function hitCeiling(requests: readonly { messages: readonly ChatMessage[] }[]): number {
+  // Messages are interned to small ids so a prefix key is a short string, not the text.
+  const ids = new Map<string, number>();
+  const seen = new Set<string>();
+  let reusable = 0;
+  let total = 0;
+  for (const r of requests) {
+    let key = "";
+    let reused = 0;
+    let prefix = 0;
+    let matching = true;
+    for (const m of r.messages) {
+      const tokens = tokensOf(m.content);
+      total += tokens;
+      prefix += tokens;
+      let id = ids.get(m.content);
+      if (id === undefined) ids.set(m.content, (id = ids.size));
+      key += `${m.role}:${id},`;
+      if (matching && seen.has(key)) reused = prefix;
+      else matching = false;
+      seen.add(key);
+    }
+    reusable += reused;
+  }
+  return total === 0 ? NaN : reusable / total;
+}
+
 // --- the request body ---------------------------------------------------------------------
 
 /** A streamed chat request with usage in the last chunk (cached_tokens per request). */

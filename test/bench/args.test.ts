@@ -1,13 +1,16 @@
 import { describe, expect, it } from "bun:test";
 import { DEFAULT_POLICIES, DEFAULTS, parseBenchArgs, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { POLICY_NAMES } from "../../src/route/options.ts";
 import { agentFirstTokens } from "../../src/bench/workloads.ts";
 
 describe("parseBenchArgs", () => {
-  it("defaults: two sims, the four policies plus the oracle, every workload, the seed's sizes", () => {
+  it("defaults: two sims, five policies (the seed's hybrid-plain beside hybrid) plus the oracle, every workload, one run, the seed's sizes", () => {
     const o = parseBenchArgs({});
     expect(o.sim).toBe(2);
     expect(o.policies).toEqual(DEFAULT_POLICIES);
-    expect(o.policies).toEqual(["roundrobin", "affinity", "hybrid", "cache-aware"]);
+    expect(o.policies).toEqual(["roundrobin", "affinity", "hybrid-plain", "cache-aware", "hybrid"]);
+    expect(o.workloads).toEqual(["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity"]);
+    expect(o.runs).toBe(1);
     expect(o.oracle).toBe(true);
     expect(o.workloads).toEqual([...WORKLOAD_NAMES]);
     expect(o.agent.contextTokens).toBe(90_000);
@@ -46,6 +49,33 @@ describe("parseBenchArgs", () => {
     expect(o.capacity.families).toEqual([60_000, 70_000]);
   });
 
+  it("every policy of the routing core is accepted", () => {
+    expect(parseBenchArgs({ policies: POLICY_NAMES.join(",") }).policies).toEqual([...POLICY_NAMES]);
+  });
+
+  it("parses the pressured and llmd shapes, --seed for all three arrival plans, and --runs", () => {
+    const o = parseBenchArgs({
+      "pressured-docs": "30",
+      "pressured-doc-tokens": "4000",
+      "pressured-requests": "90",
+      "pressured-rate": "0.5",
+      "llmd-groups": "4",
+      "llmd-prompts": "3",
+      "llmd-system-tokens": "2000",
+      "llmd-question-tokens": "100",
+      "llmd-reply-tokens": "16",
+      "llmd-rates": "0.5, 3,9",
+      "llmd-rung-requests": "12",
+      "llmd-warmup-rate": "2",
+      seed: "9",
+      runs: "2",
+    });
+    expect(o.pressured).toMatchObject({ docs: 30, docTokens: 4_000, requests: 90, rate: 0.5, seed: 9 });
+    expect(o.llmd).toEqual({ groups: 4, promptsPerGroup: 3, systemTokens: 2_000, questionTokens: 100, replyTokens: 16, warmupRate: 2, rates: [0.5, 3, 9], rungRequests: 12, seed: 9 });
+    expect(o.shared.seed).toBe(9);
+    expect(o.runs).toBe(2);
+  });
+
   it.each([
     [{ policies: "hybrid,fastest" }, /--policies "hybrid,fastest": unknown "fastest"; choose from roundrobin/],
     [{ workload: "agent,chat" }, /--workload "agent,chat": unknown "chat"/],
@@ -53,6 +83,9 @@ describe("parseBenchArgs", () => {
     [{ "time-scale": "-1" }, /--time-scale "-1": must be a number > 0/],
     [{ turns: "1" }, /--turns "1": must be an integer >= 2/],
     [{ families: "80000,abc" }, /--families "80000,abc"/],
+    [{ "llmd-rates": "1,0" }, /--llmd-rates "1,0": must be comma-separated rates > 0/],
+    [{ runs: "0" }, /--runs "0": must be an integer >= 1/],
+    [{ "pressured-rate": "fast" }, /--pressured-rate "fast": must be a number > 0/],
   ])("%j is a usage error naming the flag", (raw, message) => {
     expect(() => parseBenchArgs(raw as never)).toThrow(message);
   });

@@ -147,6 +147,111 @@ describe("mixed, shared and capacity on two sims", () => {
   });
 });
 
+describe("shared, pressured and llmd, two runs: ceilings, the decomposition, the matrix", () => {
+  let out: BenchOutput;
+  let json: { runs: { run: string; summaries: unknown[] }[]; matrix: { runs: number; rows: { workload: string }[] }; summaries: unknown[] };
+  const ladder = { groups: 2, prompts: 3, rungRequests: 6, rates: [20, 80] };
+  beforeAll(async () => {
+    const dir = await mkdtemp(`${tmpdir()}/llmroute-bench-`);
+    out = await run({
+      workload: "shared,pressured,llmd",
+      policies: "roundrobin,hybrid",
+      runs: "2",
+      docs: "3",
+      "doc-tokens": "400",
+      requests: "12",
+      rate: "50",
+      "pressured-docs": "4",
+      "pressured-doc-tokens": "400",
+      "pressured-requests": "12",
+      "pressured-rate": "50",
+      "llmd-groups": String(ladder.groups),
+      "llmd-prompts": String(ladder.prompts),
+      "llmd-system-tokens": "400",
+      "llmd-question-tokens": "50",
+      "llmd-reply-tokens": "4",
+      "llmd-rates": ladder.rates.join(","),
+      "llmd-rung-requests": String(ladder.rungRequests),
+      "llmd-warmup-rate": "20",
+      json: `${dir}/bench.json`,
+    });
+    json = await Bun.file(`${dir}/bench.json`).json();
+    await rm(dir, { recursive: true });
+  });
+
+  it("two runs, each with its own salt, every request answered", () => {
+    expect(out.errors).toBe(0);
+    expect(out.results.length).toBe(2);
+    expect(out.results[0]!.run).not.toBe(out.results[1]!.run);
+    // Each run's arms start cold: its first request finds at most a block of template.
+    for (const r of out.results) for (const arm of r.workloads[0]!.arms) expect(arm.samples.find((s) => s.group === 0)!.cachedTokens).toBeLessThanOrEqual(16);
+  });
+
+  it("llmd: the warm-up sends every prompt once, then each rung its requests; the tables count them per run and pooled", () => {
+    for (const r of out.results) {
+      for (const arm of r.workloads.find((w) => w.workload === "llmd")!.arms) {
+        const perRung = [0, 1, 2].map((rung) => arm.samples.filter((s) => s.rung === rung).length);
+        expect(perRung).toEqual([ladder.groups * ladder.prompts, ladder.rungRequests, ladder.rungRequests]);
+      }
+    }
+    const llmd = out.summaries.find((w) => w.workload === "llmd")!;
+    for (const a of llmd.arms) expect(a.rungs!.map((r) => r.ttft.n)).toEqual([12, 12, 12]);
+    expect(out.text).toContain(`warm-up 20/s (n=12)`);
+  });
+
+  it("no arm beats the plan's ceiling by more than one 16-token block a request (template and salt bytes the plan leaves out)", () => {
+    for (const r of out.results) {
+      for (const w of r.workloads) {
+        expect(w.ceiling).toBeGreaterThan(0);
+        expect(w.ceiling).toBeLessThan(1);
+        for (const arm of w.arms) {
+          const prompt = arm.samples.reduce((a, s) => a + s.promptTokens, 0);
+          const cached = arm.samples.reduce((a, s) => a + s.cachedTokens, 0);
+          expect(cached / prompt).toBeLessThanOrEqual(w.ceiling! + (16 * arm.samples.length) / prompt);
+        }
+      }
+    }
+  });
+
+  it("the oracle reports available and captured from the sims for every request; a router reports them for all or none", () => {
+    for (const w of out.result.workloads) {
+      for (const arm of w.arms) {
+        const reported = arm.samples.filter((s) => s.availableTokens !== undefined && s.capturedTokens !== undefined).length;
+        if (arm.arm === "oracle") {
+          expect(reported).toBe(arm.samples.length);
+          for (const s of arm.samples) expect(s.availableTokens!).toBeGreaterThanOrEqual(s.capturedTokens!);
+        } else expect([0, arm.samples.length]).toContain(reported);
+      }
+      const oracle = out.summaries.find((x) => x.workload === w.workload)!.arms.find((a) => a.arm === "oracle")!;
+      expect(oracle.hits.available).toBeGreaterThanOrEqual(oracle.hits.captured!);
+      expect(Object.keys(oracle.hits.perReplica)).toEqual(["gpu0", "gpu1"]);
+    }
+  });
+
+  it("the report opens with the matrix: a row per workload, a column per arm, each run's figure and n behind each cell", () => {
+    expect(out.matrix.runs).toBe(2);
+    expect(out.matrix.arms).toEqual(["roundrobin", "hybrid", "oracle"]);
+    expect(out.matrix.rows.map((r) => r.workload)).toEqual(["shared", "pressured", "llmd"]);
+    for (const row of out.matrix.rows) {
+      expect(Math.min(...row.cells.map((c) => c.relative))).toBe(1);
+      for (const c of row.cells) expect(c.runs.length).toBe(2);
+    }
+    expect(out.matrix.rows[0]!.cells[0]!.n).toEqual([12, 12]);
+    const lines = out.text.split("\n");
+    expect(lines[0]).toMatch(/^llmroute bench · 2 runs /);
+    expect(lines.slice(2, 4).join(" ")).toContain("median of 2 runs");
+    expect(lines[4]).toMatch(/^workload\s+headline\s+n\s+roundrobin\s+hybrid\s+oracle\s+best$/);
+  });
+
+  it("--json carries every run (samples and summaries), the pooled summaries and the matrix", () => {
+    expect(json.runs.map((r) => r.run)).toEqual(out.results.map((r) => r.run));
+    expect(json.runs[0]!.summaries.length).toBe(3);
+    expect(json.summaries.length).toBe(3);
+    expect(json.matrix.runs).toBe(2);
+    expect(json.matrix.rows.length).toBe(3);
+  });
+});
+
 describe("llmroute demo", () => {
   it("runs from the CLI, prints the comparison and where the HTML report is, and exits 0", async () => {
     const report = `${tmpdir()}/llmroute-demo-test-${process.pid}.html`;

@@ -1,7 +1,9 @@
 import { describe, expect, it } from "bun:test";
 import { parseBenchArgs } from "../../src/bench/args.ts";
 import { renderHtml } from "../../src/bench/html.ts";
-import { headlines, renderText, summarizeArm, summarizeWorkload } from "../../src/bench/report.ts";
+import { buildMatrix, matrixText, tierOf } from "../../src/bench/matrix.ts";
+import { matrixHtml } from "../../src/bench/html.ts";
+import { headlines, hitDecomposition, hitRates, poolRuns, renderText, summarizeArm, summarizeWorkload, workloadTable, type WorkloadSummary } from "../../src/bench/report.ts";
 import type { ArmResult, BenchResult, Sample } from "../../src/bench/run.ts";
 
 const replicas = ["gpu0", "gpu1"];
@@ -124,8 +126,18 @@ describe("rendering", () => {
   const r = result();
   const summaries = r.workloads.map((w) => summarizeWorkload(w, replicas));
 
+  it("the text report opens with the matrix, then the tables per workload, the hit-rate decomposition and the headlines", () => {
+    const text = renderText(r, summaries, buildMatrix([summaries]));
+    const at = (needle: string) => text.indexOf(needle);
+    expect(at("÷ the best arm's")).toBeGreaterThan(0);
+    expect(at("÷ the best arm's")).toBeLessThan(at("agent —"));
+    expect(text).toMatch(/^hit rate \(all requests\)\s+available\s+captured\s+delivered\s+gpu0 n a\/c\/d/m);
+    expect(text).toMatch(/^roundrobin\s+-\s+-\s+75%\s+6 -\/-\/75%\s+0 -\/-\/-$/m); // every request, turn 1 included
+    expect(at("agent —")).toBeLessThan(at("\nheadline  "));
+  });
+
   it("the text report has a table per workload with sample sizes, and says the time is model time", () => {
-    const text = renderText(r, summaries);
+    const text = renderText(r, summaries, buildMatrix([summaries]));
     expect(text).toContain("time scale 0.05: times are model time");
     expect(text).toMatch(/policy\s+n\s+warm p50 ms/);
     expect(text).toMatch(/roundrobin\s+5\s+2,676/);
@@ -134,9 +146,10 @@ describe("rendering", () => {
   });
 
   it("the HTML report is one self-contained file: inline SVG charts, no scripts, no external assets", () => {
-    const html = renderHtml(r, summaries);
+    const html = renderHtml(r, summaries, buildMatrix([summaries]));
     expect(html.startsWith("<!doctype html>")).toBe(true);
     expect(html.match(/<svg /g)?.length).toBe(4); // turns + agent CDF + burst bars + burst CDF
+    expect(html.indexOf('<table class="matrix">')).toBeLessThan(html.indexOf("<h2>"));
     expect(html).not.toMatch(/<script|<link|<img|@import|url\(/i);
     expect(html.replaceAll('xmlns="http://www.w3.org/2000/svg"', "")).not.toMatch(/https?:\/\//);
     expect(html).toContain("roundrobin (n=5)");
@@ -144,6 +157,187 @@ describe("rendering", () => {
 
   it("escapes what it did not write itself", () => {
     const evil = { ...r, run: "<script>alert(1)</script>" };
-    expect(renderHtml(evil, summaries)).not.toContain("<script>");
+    expect(renderHtml(evil, summaries, buildMatrix([summaries]))).not.toContain("<script>");
+  });
+});
+
+/** A one-shot over a shared prefix (shared, pressured, llmd). */
+function oneShot(i: number, extra: Partial<Sample> = {}): Sample {
+  return { ...turn(i, 0, 200), kind: "shared", startMs: i * 100, totalMs: 500, route: "spread", ...extra };
+}
+
+describe("hit-rate decomposition: available → captured → delivered", () => {
+  it("each figure is Σ tokens ÷ Σ prompt tokens", () => {
+    const h = hitRates([
+      oneShot(0, { promptTokens: 1_000, availableTokens: 800, capturedTokens: 800, cachedTokens: 784 }),
+      oneShot(1, { promptTokens: 3_000, availableTokens: 2_000, capturedTokens: 0, cachedTokens: 0 }),
+    ]);
+    expect(h).toEqual({ requests: 2, available: 2_800 / 4_000, captured: 800 / 4_000, delivered: 784 / 4_000 });
+  });
+
+  it("a router that does not report the index's view leaves available and captured undefined (shown as -)", () => {
+    const h = hitRates([oneShot(0, { cachedTokens: 500 })]);
+    expect(h.available).toBeUndefined();
+    expect(h.captured).toBeUndefined();
+    expect(h.delivered).toBeCloseTo(0.5, 10);
+  });
+
+  it("where only some requests carry the view, it is over those requests' own prompts", () => {
+    const h = hitRates([oneShot(0, { availableTokens: 1_000, cachedTokens: 1_000 }), oneShot(1, { promptTokens: 3_000, cachedTokens: 0 })]);
+    expect(h.available).toBe(1);
+    expect(h.delivered).toBeCloseTo(1_000 / 4_000, 10);
+  });
+
+  it("per replica: the requests each one served, every replica listed", () => {
+    const d = hitDecomposition(
+      [oneShot(0, { replica: "gpu0", availableTokens: 900, capturedTokens: 900, cachedTokens: 900 }), oneShot(1, { replica: "gpu0", availableTokens: 900, capturedTokens: 0, cachedTokens: 0 })],
+      replicas,
+    );
+    expect(d.perReplica.gpu0).toEqual({ requests: 2, available: 0.9, captured: 0.45, delivered: 0.45 });
+    expect(d.perReplica.gpu1).toMatchObject({ requests: 0 });
+    expect(d.perReplica.gpu1!.delivered).toBeNaN();
+    expect(d).toMatchObject({ requests: 2, available: 0.9, captured: 0.45, delivered: 0.45 });
+  });
+
+  it("summarizeArm carries it over every successful request", () => {
+    const arm: ArmResult = { arm: "hybrid", samples: [oneShot(0, { cachedTokens: 600 }), oneShot(1, { error: "HTTP 503", cachedTokens: 0 })], bursts: [], wallMs: 1 };
+    expect(summarizeArm("shared", arm, replicas).hits).toMatchObject({ requests: 1, delivered: 0.6 });
+  });
+});
+
+describe("llmd: per rung and over the ladder", () => {
+  // Warm-up (rung 0) slow, then rung 1 at 100 ms and rung 2 at 300 ms TTFT; 2 requests each.
+  const samples = [
+    oneShot(0, { rung: 0, ttftMs: 5_000 }),
+    oneShot(1, { rung: 0, ttftMs: 5_000 }),
+    oneShot(2, { rung: 1, ttftMs: 100, startMs: 10_000, totalMs: 500, completionTokens: 10 }),
+    oneShot(3, { rung: 1, ttftMs: 100, startMs: 11_500, totalMs: 500, completionTokens: 10 }),
+    oneShot(4, { rung: 2, ttftMs: 200, startMs: 12_000, totalMs: 1_000 }),
+    oneShot(5, { rung: 2, ttftMs: 400, startMs: 12_500, totalMs: 1_000 }),
+  ];
+  const s = summarizeArm("llmd", { arm: "hybrid", samples, bursts: [], wallMs: 1 }, replicas);
+
+  it("one summary per rung, warm-up apart; throughput is the rung's requests over its first send → last byte", () => {
+    expect(s.rungs?.map((r) => [r.rung, r.ttft.n, r.ttft.mean])).toEqual([
+      [0, 2, 5_000],
+      [1, 2, 100],
+      [2, 2, 300],
+    ]);
+    const rung1 = s.rungs![1]!;
+    expect(rung1.throughput).toBeCloseTo(2 / 2, 10); // 10.0 s → 12.0 s
+    expect(rung1.outputTps).toBeCloseTo(20 / 2, 10);
+  });
+
+  it("the ladder leaves the warm-up out, and its TTFT mean is the headline", () => {
+    expect(s.ladder?.ttft).toMatchObject({ n: 4, mean: 200 });
+    expect(summarizeWorkload({ workload: "llmd", arms: [{ arm: "hybrid", samples, bursts: [], wallMs: 1 }] }, replicas).arms[0]!.ladder?.ttft.p90).toBeCloseTo(340, 10);
+  });
+});
+
+/** One workload summary per (workload, arm → figure), as the matrix reads them. */
+function summaries(figures: Record<string, Record<string, number>>): WorkloadSummary[] {
+  return Object.entries(figures).map(([workload, arms]) => ({
+    workload: workload as WorkloadSummary["workload"],
+    arms: Object.entries(arms).map(([arm, v]) => {
+      const burst = workload === "burst";
+      const samples = burst ? [] : Array.from({ length: 3 }, (_, i) => turn(0, i + 1, i === 0 ? 99_999 : v));
+      return summarizeArm(workload as WorkloadSummary["workload"], { arm: arm as ArmResult["arm"], samples, bursts: burst ? [{ group: 0, wallMs: v, size: 16 }] : [], wallMs: 1 }, replicas);
+    }),
+  }));
+}
+
+describe("the matrix: each arm ÷ the best arm, per workload", () => {
+  const one = buildMatrix([summaries({ agent: { roundrobin: 2_000, hybrid: 1_000, oracle: 1_040 }, burst: { roundrobin: 18_000, hybrid: 30_000 } })]);
+
+  it("a row per workload, a column per arm; the best is 1.00×, the others their ratio to it", () => {
+    expect(one.arms).toEqual(["roundrobin", "hybrid", "oracle"]);
+    const [agent, burst] = one.rows;
+    expect(agent!.cells.map((c) => c.relative)).toEqual([2, 1, 1.04]);
+    expect(agent!.best).toEqual({ arm: "hybrid", value: 1_000 });
+    expect(agent!.cells.map((c) => c.n)).toEqual([[2], [2], [2]]);
+    expect(burst!.cells.map((c) => c.relative)).toEqual([1, 30_000 / 18_000, NaN]);
+  });
+
+  it("mixed gets two rows: its agents' turns and its bursts", () => {
+    const mixed: WorkloadSummary = { workload: "mixed", arms: [summarizeArm("mixed", { ...agentArm("hybrid", 1_000), bursts: [{ group: 0, wallMs: 8_000, size: 16 }] }, replicas)] };
+    expect(buildMatrix([[mixed]]).rows.map((r) => r.what)).toEqual(["agent warm-turn TTFT p50", "burst wall p50"]);
+  });
+
+  it("over several runs: the median of the runs' figures, their spread, every run's n", () => {
+    const m = buildMatrix([
+      summaries({ agent: { roundrobin: 2_000, hybrid: 1_000 } }),
+      summaries({ agent: { roundrobin: 2_400, hybrid: 1_100 } }),
+      summaries({ agent: { roundrobin: 2_200, hybrid: 900 } }),
+    ]);
+    expect(m.runs).toBe(3);
+    const [rr, hybrid] = m.rows[0]!.cells;
+    expect(hybrid).toMatchObject({ value: 1_000, runs: [1_000, 1_100, 900], n: [2, 2, 2], relative: 1 });
+    expect(rr).toMatchObject({ value: 2_200, relative: 2.2 });
+    expect(matrixText(m)).toContain("2.20× ±9% ○");
+    expect(matrixText(m)).toContain("1.00× ±10% ●");
+    expect(matrixText(m)).toContain("median of 3 runs");
+  });
+
+  it.each([
+    [1, "best"],
+    [1.05, "best"],
+    [1.051, "near"],
+    [1.25, "near"],
+    [1.3, "far"],
+    [NaN, undefined],
+  ] as const)("%p× is %p", (relative, tier) => {
+    expect(tierOf(relative)).toBe(tier);
+  });
+
+  it("text: one line per row with the sample size, marks, and the best figure; an arm that did not run shows -", () => {
+    const text = matrixText(one);
+    const lines = text.split("\n");
+    expect(lines[0]).toContain("÷ the best arm's");
+    expect(lines.find((l) => l.startsWith("agent"))).toMatch(/^agent\s+warm-turn TTFT p50\s+2\s+2\.00× ○\s+1\.00× ●\s+1\.04× ●\s+1,000 ms hybrid$/);
+    expect(lines.find((l) => l.startsWith("burst"))).toMatch(/1\.00× ●\s+1\.67× ○\s+-\s+18\.0 s roundrobin$/);
+  });
+
+  it("HTML: a shaded table, green at the best, red past 2×, each cell's value and n in its title", () => {
+    const html = matrixHtml(one);
+    expect(html).toContain('<td style="background:#c7e9c0" title="1,000 ms; n=2">1.00×</td>');
+    expect(html).toContain('<td style="background:#fdd0a2" title="2,000 ms; n=2">2.00×</td>');
+    expect(matrixHtml(buildMatrix([summaries({ agent: { roundrobin: 2_500, hybrid: 1_000 } })]))).toContain("background:#f4a3a3");
+  });
+});
+
+describe("several runs pooled for the detailed tables", () => {
+  const run = (id: string, warm: number): BenchResult => ({ ...result(), run: id, elapsedS: 10, workloads: [{ workload: "agent", arms: [{ ...agentArm("hybrid", warm), sim: { preemptions: 1, evictedBlocks: 5 } }] }] });
+
+  it("samples side by side (n adds up), sim counters summed, run ids kept", () => {
+    const pooled = poolRuns([run("a", 1_000), run("b", 3_000)]);
+    expect(pooled.run).toBe("a+b");
+    expect(pooled.elapsedS).toBe(20);
+    const arm = pooled.workloads[0]!.arms[0]!;
+    expect(arm.samples.length).toBe(12);
+    expect(arm.sim).toEqual({ preemptions: 2, evictedBlocks: 10 });
+    expect(summarizeArm("agent", arm, replicas).warm).toMatchObject({ n: 10, median: 2_000 });
+  });
+
+  it("throughput adds each run's span: two runs' clocks both start at 0", () => {
+    const oneShots = (id: string): BenchResult => ({
+      ...result(),
+      run: id,
+      workloads: [{ workload: "shared", arms: [{ arm: "hybrid", samples: [oneShot(0, { startMs: 0, totalMs: 1_000 }), oneShot(1, { startMs: 1_000, totalMs: 1_000 })], bursts: [], wallMs: 2_000 }] }],
+    });
+    const single = summarizeArm("shared", oneShots("a").workloads[0]!.arms[0]!, replicas);
+    const pooled = summarizeArm("shared", poolRuns([oneShots("a"), oneShots("b")]).workloads[0]!.arms[0]!, replicas);
+    expect(single.throughput).toBe(1); // 2 requests in 2 s
+    expect(pooled.throughput).toBe(1); // 4 requests in 2 × 2 s, not in 2 s
+  });
+
+  it("capacity warnings: one entry per replica, its largest working set over the runs", () => {
+    const warnings = ["gpu1: working set ~130000 tokens exceeds kv_tokens 122636: …", "gpu0: working set ~125000 tokens exceeds kv_tokens 122636: …", "gpu1: working set ~140000 tokens exceeds kv_tokens 122636: …"];
+    const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings }, replicas);
+    expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 ~140000, gpu0 ~125000\s+0$/m);
+  });
+
+  it("one run is itself", () => {
+    const r = run("a", 1_000);
+    expect(poolRuns([r])).toBe(r);
   });
 });

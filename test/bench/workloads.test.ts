@@ -7,6 +7,8 @@ import {
   chatBody,
   CHARS_PER_TOKEN,
   filler,
+  hitCeiling,
+  ladderRequests,
   newRunId,
   poissonArrivals,
   rng,
@@ -14,7 +16,9 @@ import {
   sharedRequests,
   tokensOf,
   type AgentSpec,
+  type LadderSpec,
 } from "../../src/bench/workloads.ts";
+import { DEFAULTS } from "../../src/bench/args.ts";
 import { createHasher, hex64 } from "../../src/route/hash.ts";
 import { linkHash, prefixChains, type PrefixChain } from "../../src/route/chain.ts";
 import { shapeOf } from "../../src/route/shape.ts";
@@ -150,6 +154,109 @@ describe("shared", () => {
   it("is the same for the same seed and salt", () => {
     expect(sharedRequests(s, "salt")).toEqual(sharedRequests(s, "salt"));
     expect(sharedRequests({ ...s, seed: 8 }, "salt").map((r) => r.doc)).not.toEqual(sharedRequests(s, "salt").map((r) => r.doc));
+  });
+});
+
+describe("llmd: llm-d's shared_prefix ladder", () => {
+  const spec: LadderSpec = { groups: 3, promptsPerGroup: 4, systemTokens: 400, questionTokens: 60, replyTokens: 8, warmupRate: 5, rates: [1, 4], rungRequests: 20, seed: 5 };
+  const set = spec.groups * spec.promptsPerGroup;
+  const reqs = ladderRequests(spec, "salt");
+
+  it("one full set of prompts as the warm-up, then rungRequests at each rate, in order", () => {
+    expect(reqs.length).toBe(set + spec.rates.length * spec.rungRequests);
+    expect(reqs.map((r) => r.rung)).toEqual([...Array(set).fill(0), ...Array(20).fill(1), ...Array(20).fill(2)]);
+  });
+
+  it("the warm-up sends every prompt once; after it, requests cycle through the same shuffled order", () => {
+    const warm = reqs.slice(0, set).map((r) => `${r.group}/${r.prompt}`);
+    expect(new Set(warm).size).toBe(set);
+    expect(warm).not.toEqual([...warm].sort()); // shuffled, as inference-perf does
+    for (let i = set; i < reqs.length; i++) expect(reqs[i]!.messages).toEqual(reqs[i - set]!.messages);
+  });
+
+  it("a group shares one system prompt; each prompt has its own question; sizes as asked", () => {
+    for (let g = 0; g < spec.groups; g++) expect(new Set(reqs.filter((r) => r.group === g).map((r) => r.messages[0]!.content)).size).toBe(1);
+    expect(new Set(reqs.map((r) => r.messages[1]!.content)).size).toBe(set);
+    expect(new Set(reqs.map((r) => r.messages[0]!.content)).size).toBe(spec.groups);
+    expect(tokensOf(reqs[0]!.messages[1]!.content)).toBe(spec.questionTokens);
+    expect(Math.abs(tokensOf(reqs[0]!.messages[0]!.content) - spec.systemTokens)).toBeLessThanOrEqual(2);
+  });
+
+  it("groups differ in their first prefix link, and the salt is in the first KV block", async () => {
+    const hasher = createHasher();
+    const firstLinks = new Set(reqs.map((r) => firstLink(prefixChains(shapeOf("chat", chatBody("m", r.messages, 8)), hasher, 1024))));
+    expect(firstLinks.size).toBe(spec.groups);
+    expect(firstBlock(ladderRequests(spec, "salt a")[0]!.messages)).not.toBe(firstBlock(ladderRequests(spec, "salt b")[0]!.messages));
+  });
+
+  it("Poisson arrivals stepped up: increasing, each rung's mean gap about 1/rate", () => {
+    const big = ladderRequests({ ...spec, groups: 1, promptsPerGroup: 1, systemTokens: 20, questionTokens: 5, rungRequests: 3_000, warmupRate: 50 }, "s");
+    for (let i = 1; i < big.length; i++) expect(big[i]!.atMs).toBeGreaterThanOrEqual(big[i - 1]!.atMs);
+    for (const [rung, rate] of [[1, 1], [2, 4]] as const) {
+      const times = big.filter((r) => r.rung === rung).map((r) => r.atMs);
+      const meanGapMs = (times.at(-1)! - times[0]!) / (times.length - 1);
+      expect(meanGapMs).toBeGreaterThan((1_000 / rate) * 0.9);
+      expect(meanGapMs).toBeLessThan((1_000 / rate) * 1.1);
+    }
+  });
+
+  it("is the same for the same seed and salt", () => {
+    expect(ladderRequests(spec, "salt")).toEqual(reqs);
+    expect(ladderRequests({ ...spec, seed: 6 }, "salt").map((r) => r.group)).not.toEqual(reqs.map((r) => r.group));
+  });
+});
+
+describe("the default sizes against the sims' KV (2 cards × 122,636 tokens)", () => {
+  const card = 122_636;
+  it("pressured: the documents exceed one card but fit the fleet, tighter than shared", () => {
+    const p = DEFAULTS.pressured.docs * DEFAULTS.pressured.docTokens;
+    const s = DEFAULTS.shared.docs * DEFAULTS.shared.docTokens;
+    expect(p).toBeGreaterThan(card);
+    expect(p).toBeLessThan(2 * card);
+    expect(p / (2 * card)).toBeGreaterThan(s / (2 * card));
+  });
+
+  it("llmd: the resident prompts (systems + every question) exceed one card and fit the fleet, like llm-d's 73 %", () => {
+    const l = DEFAULTS.llmd;
+    const resident = l.groups * (l.systemTokens + l.promptsPerGroup * l.questionTokens);
+    expect(resident).toBeGreaterThan(card);
+    expect(resident / (2 * card)).toBeCloseTo((150 * (6_000 + 5 * 1_200)) / (8 * 307_328), 1);
+  });
+});
+
+describe("hitCeiling: the compulsory misses", () => {
+  const m = (...contents: string[]) => ({ messages: contents.map((content, i) => ({ role: (i === 0 ? "system" : "user") as "system" | "user", content })) });
+  const doc = "d".repeat(400); // 100 tokens
+  const q = (i: number) => `${i}`.padEnd(40, "q"); // 10 tokens
+
+  it.each([
+    ["nothing sent", [], NaN],
+    ["one request: nothing to reuse", [m(doc, q(1))], 0],
+    ["a document's second request reuses the document", [m(doc, q(1)), m(doc, q(2))], 100 / 220],
+    ["the same prompt again reuses all of it", [m(doc, q(1)), m(doc, q(1))], 110 / 220],
+    ["a different document reuses nothing", [m(doc, q(1)), m("e".repeat(400), q(1))], 0],
+    ["the same question after another document is no prefix", [m(doc, q(1)), m("e".repeat(400), q(1)), m(doc, q(1))], 110 / 330],
+  ] as const)("%s", (_what, requests, expected) => {
+    const c = hitCeiling(requests);
+    if (Number.isNaN(expected)) expect(c).toBeNaN();
+    else expect(c).toBeCloseTo(expected, 10);
+  });
+
+  it("shared: every request but each document's first reuses its document", () => {
+    const s = { docs: 4, docTokens: 300, tailTokens: 20, requests: 50, rate: 2, replyTokens: 8, seed: 7 };
+    const reqs = sharedRequests(s, "");
+    const docTokens = tokensOf(reqs[0]!.messages[0]!.content);
+    const total = reqs.reduce((a, r) => a + tokensOf(r.messages[0]!.content) + tokensOf(r.messages[1]!.content), 0);
+    expect(hitCeiling(reqs)).toBeCloseTo(((50 - new Set(reqs.map((r) => r.doc)).size) * docTokens) / total, 10);
+  });
+
+  it("llmd: in the warm-up each group's first prompt misses and the others reuse the system prompt; after it, whole prompts repeat", () => {
+    const spec: LadderSpec = { groups: 3, promptsPerGroup: 4, systemTokens: 400, questionTokens: 60, replyTokens: 8, warmupRate: 5, rates: [1, 4], rungRequests: 20, seed: 5 };
+    const reqs = ladderRequests(spec, "salt");
+    const S = tokensOf(reqs[0]!.messages[0]!.content);
+    const Q = spec.questionTokens;
+    const later = reqs.length - 12;
+    expect(hitCeiling(reqs)).toBeCloseTo(((12 - 3) * S + later * (S + Q)) / (reqs.length * (S + Q)), 10);
   });
 });
 

@@ -1,0 +1,72 @@
+import { describe, expect, it } from "bun:test";
+import type { Outcome } from "../../src/bench/client.ts";
+import { claimRecord, oracleChoice, type IndexedRecord, type OracleCandidate } from "../../src/bench/targets.ts";
+
+const c = (name: string, cachedTokens: number, busy = 0, promptTokens = 10_000): OracleCandidate => ({ name, promptTokens, cachedTokens, busy });
+
+describe("oracleChoice", () => {
+  it.each([
+    ["an idle fleet: the replica holding the most of the prompt", [c("gpu0", 0), c("gpu1", 9_000)], "gpu1"],
+    ["a long cached prefix outweighs a short queue", [c("gpu0", 9_600, 2), c("gpu1", 0, 0)], "gpu0"],
+    ["a block of template and salt does not outweigh a queue", [c("gpu0", 16, 1), c("gpu1", 0, 0)], "gpu1"],
+    ["equal caches: the less busy", [c("gpu0", 500, 3), c("gpu1", 500, 1)], "gpu1"],
+  ] as const)("%s", (_what, candidates, expected) => {
+    expect(oracleChoice(candidates, 0.05, 0)).toBe(expected);
+  });
+
+  it("complete ties rotate, so an idle fleet shares a cold burst", () => {
+    const tied = [c("gpu0", 0), c("gpu1", 0)];
+    expect([0, 1, 2, 3].map((k) => oracleChoice(tied, 0.05, k))).toEqual(["gpu0", "gpu1", "gpu0", "gpu1"]);
+  });
+});
+
+describe("claimRecord: the router's record of a request the client just finished", () => {
+  const record = (replica: string, cachedTokens: number, extra: Partial<IndexedRecord> = {}): IndexedRecord => ({
+    endpoint: "chat",
+    replica,
+    route: "pin",
+    status: 200,
+    stream: true,
+    outcome: "ok",
+    promptTokens: 1_000,
+    cachedTokens,
+    completionTokens: 8,
+    totalMs: 5,
+    failovers: 0,
+    ...extra,
+  });
+  const outcome = (replica: string, cachedTokens: number, extra: Partial<Outcome> = {}): Outcome => ({
+    replica,
+    route: "pin",
+    status: 200,
+    ttftMs: 1,
+    totalMs: 2,
+    text: "",
+    promptTokens: 1_000,
+    cachedTokens,
+    completionTokens: 8,
+    ...extra,
+  });
+
+  it("takes the record that matches replica, status and usage, whatever order the records came in", () => {
+    const pending = [record("gpu0", 0, { availableTokens: 10 }), record("gpu1", 640, { availableTokens: 700, capturedTokens: 640 }), record("gpu0", 640, { availableTokens: 900 })];
+    expect(claimRecord(pending, outcome("gpu1", 640))?.availableTokens).toBe(700);
+    expect(claimRecord(pending, outcome("gpu0", 640))?.availableTokens).toBe(900);
+    expect(claimRecord(pending, outcome("gpu0", 0))?.availableTokens).toBe(10);
+    expect(pending).toEqual([]);
+  });
+
+  it("each record is claimed once: records alike are handed out one by one, so per-replica sums stay whole", () => {
+    const pending = [record("gpu0", 640, { capturedTokens: 600 }), record("gpu0", 640, { capturedTokens: 640 })];
+    const got = [claimRecord(pending, outcome("gpu0", 640)), claimRecord(pending, outcome("gpu0", 640)), claimRecord(pending, outcome("gpu0", 640))];
+    expect(got.map((r) => r?.capturedTokens)).toEqual([600, 640, undefined]);
+  });
+
+  it("a failed request or one with no record of its own claims nothing", () => {
+    const pending = [record("gpu0", 640)];
+    expect(claimRecord(pending, outcome("gpu0", 640, { error: "stream failed" }))).toBeUndefined();
+    expect(claimRecord(pending, outcome("gpu1", 640))).toBeUndefined();
+    expect(claimRecord(pending, outcome("gpu0", 640, { completionTokens: 9 }))).toBeUndefined();
+    expect(pending.length).toBe(1);
+  });
+});
