@@ -1,0 +1,70 @@
+/**
+ * Feedback against a real engine whose cache is smaller than the router believes: the
+ * router is told each card holds 100k tokens, the sim holds 4k. What the engine evicted
+ * shows in cached_tokens; the router must stop believing it, count the miss, and explain
+ * the hit rate (available / captured / delivered) in /metrics and /status.
+ */
+import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { parsePrometheus } from "../../src/engines/metrics.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
+import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { killAll } from "../helpers/proc.ts";
+
+afterEach(killAll);
+afterAll(killAll);
+
+const metric = (text: string, name: string, labels: Record<string, string>) =>
+  (parsePrometheus(text).get(name) ?? []).find((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value ?? 0;
+
+describe("feedback from cached_tokens", () => {
+  it("a prefix the engine evicted is a counted miss, and the index forgets what the engine dropped", async () => {
+    const sim = await startSimProc("gpu0");
+    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\n" }]);
+    const client = router.client();
+    const salt = crypto.randomUUID();
+    // Four ~1,500-token documents (the sim's tokenizer: 4 characters a token) through one
+    // card of 4,096 tokens: by the fourth, the first has been evicted (least recently used).
+    const doc = (d: number, q: string) => [
+      { role: "system" as const, content: `${salt} document ${d}: ${"lorem ipsum dolor sit amet ".repeat(220)}` },
+      { role: "user" as const, content: q },
+    ];
+    const ask = (d: number, q: string) => client.chat.completions.create({ model: "sim-model", messages: doc(d, q), max_tokens: 2 });
+
+    await ask(0, "first question");
+    const warm = await ask(0, "second question"); // still cached: a hit
+    expect(warm.usage?.prompt_tokens_details?.cached_tokens).toBeGreaterThan(1000);
+    await ask(1, "first question");
+    await ask(2, "first question");
+    await ask(3, "first question");
+    const evicted = await ask(0, "third question"); // the router believes gpu0 holds it; the engine does not
+    expect(evicted.usage?.prompt_tokens_details?.cached_tokens ?? 0).toBeLessThan(200);
+
+    const metrics = await (await fetch(`${router.url}/metrics`)).text();
+    expect(metric(metrics, "llmroute_cache_predictions_total", { replica: "gpu0", verdict: "hit" })).toBe(1);
+    expect(metric(metrics, "llmroute_cache_predictions_total", { replica: "gpu0", verdict: "miss" })).toBe(1);
+    expect(metric(metrics, "llmroute_index_corrections_total", { replica: "gpu0" })).toBeGreaterThan(0);
+
+    const status = (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+    const hit = status.replicas[0]!.hit;
+    expect(hit.predictions).toEqual({ hit: 1, miss: 1, unexpected_hit: 0 });
+    // available = captured here (one card); the engine delivered less than the index expected
+    expect(hit.available_tokens).toBe(hit.captured_tokens);
+    expect(hit.captured_tokens).toBeGreaterThan(hit.delivered_tokens);
+    expect(hit.delivered_tokens).toBe(status.replicas[0]!.cached_tokens);
+  });
+
+  it("an engine with prefix caching off is not believed after eight misses, and /status says why", async () => {
+    const sim = await startSimProc("gpu0", ["--no-prefix-cache"]);
+    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\n" }]);
+    const client = router.client();
+    const salt = crypto.randomUUID();
+    const messages = [
+      { role: "system" as const, content: `${salt} ${"shared instructions for every request ".repeat(60)}` },
+      { role: "user" as const, content: "go" },
+    ];
+    for (let i = 0; i < 10; i++) await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 });
+    const status = (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+    expect(status.replicas[0]!.hit.predictions.miss).toBe(9);
+    expect(status.warnings.join("\n")).toMatch(/gpu0: reported no cached tokens on 9 requests the index expected cached: its prefix cache may be off/);
+  });
+});
