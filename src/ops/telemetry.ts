@@ -23,7 +23,7 @@ const DURATION_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
 export class Telemetry {
   readonly registry = new Registry();
-  private readonly requests = this.registry.counter("llmroute_requests_total", "Requests finished, by replica, route reason, endpoint and HTTP status.");
+  private readonly requests = this.registry.counter("llmroute_requests_total", "Requests finished, by replica, route reason, endpoint, HTTP status and outcome.");
   private readonly ttft = this.registry.histogram("llmroute_ttft_seconds", "Time to first byte of streamed responses, as seen by the router.", TTFT_BUCKETS);
   private readonly duration = this.registry.histogram("llmroute_request_duration_seconds", "Whole request time.", DURATION_BUCKETS);
   private readonly promptTokens = this.registry.counter("llmroute_prompt_tokens_total", "Prompt tokens reported by the engines' usage, summed.");
@@ -36,6 +36,12 @@ export class Telemetry {
       replicas().map((r): [Record<string, string>, number] => [{ replica: r.name }, f(r)]);
     const r = this.registry;
     r.gauge("llmroute_replica_up", "1 while the replica passes health checks.", each((x) => (x.healthy ? 1 : 0)));
+    r.gauge("llmroute_replica_half_open", "1 while the replica is half-open: back from down, its next request a trial.", each((x) => (x.state === "half-open" ? 1 : 0)));
+    r.gauge("llmroute_replica_consecutive_failures", "Failed requests (502/503/504, reset, timeout) since the replica last answered; health.failures demote it.", each((x) => x.consecutiveFailures));
+    r.gauge("llmroute_timeouts_total", "Upstream deadlines that fired: connect and first_byte (failed over), stream_idle (stream ended).", () =>
+      replicas().flatMap((x) => (["connect", "first_byte", "stream_idle"] as const).map((kind): [Record<string, string>, number] => [{ replica: x.name, kind }, x.timeouts[kind]])), "counter");
+    r.gauge("llmroute_cache_losses_total", "Times the replica's cache was declared lost (it refused connections at a check, or its engine restarted) and its prefixes forgotten.", each((x) => x.cacheLosses), "counter");
+    r.gauge("llmroute_panic_routes_total", "Requests routed while every replica of their pool was down (panic mode: routed to all).", () => [[{}, this.live().fleet.panicRoutes]], "counter");
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
     r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
@@ -63,7 +69,7 @@ export class Telemetry {
 
   record(rec: RequestRecord): void {
     const replica = rec.replica ?? "none";
-    this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status) });
+    this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status), outcome: rec.outcome });
     if (!rec.replica) return;
     this.duration.observe({ replica }, rec.totalMs / 1000);
     if (rec.ttftMs !== undefined) this.ttft.observe({ replica }, rec.ttftMs / 1000);
@@ -88,13 +94,17 @@ export class Telemetry {
       if (cap?.over) {
         warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
       }
-      if (!r.healthy && r.lastError) warnings.push(`down: ${r.lastError.message}`);
+      if (r.state !== "up" && r.lastError) warnings.push(`${r.state}: ${r.lastError.message}`);
       if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
       else if (r.engine && r.engine.missing.length > 0) warnings.push(`engine metrics missing: ${r.engine.missing.join(", ")}`);
       return {
         name: r.name,
         url: r.config.url,
         healthy: r.healthy,
+        state: r.state,
+        consecutive_failures: r.consecutiveFailures,
+        timeouts: { ...r.timeouts },
+        cache_losses: r.cacheLosses,
         last_error: r.lastError ? { message: r.lastError.message, at: new Date(r.lastError.at).toISOString() } : null,
         inflight: r.inflight,
         served: r.served,
@@ -120,6 +130,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
+      panic: fleet.panicking,
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
@@ -133,6 +144,10 @@ export interface ReplicaStatus {
   name: string;
   url: string;
   healthy: boolean;
+  state: "up" | "half-open" | "down";
+  consecutive_failures: number;
+  timeouts: { connect: number; first_byte: number; stream_idle: number };
+  cache_losses: number;
   last_error: { message: string; at: string } | null;
   inflight: number;
   served: number;
@@ -156,6 +171,8 @@ export interface StatusDocument {
   policy: string;
   uptime_s: number;
   healthy: number;
+  /** Every replica of a pool is down and requests go to all of them. */
+  panic: boolean;
   index: { entries: number; max_entries: number };
   capacity_window_s: number;
   /** Distinct prefixes across replicas (each once) vs the summed kv_tokens. */

@@ -79,6 +79,11 @@ export class Router {
     }
   }
 
+  /** The replica that produced Responses API response `id`, if remembered. */
+  responseOwner(id: string): string | undefined {
+    return this.responses.get(id);
+  }
+
   /** Oldest first, for the state file. */
   savedResponses(): [string, string][] {
     return [...this.responses];
