@@ -6,8 +6,8 @@
 import { timingSafeEqual } from "node:crypto";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { Telemetry } from "../ops/telemetry.ts";
-import { endpointOf } from "../route/shape.ts";
 import { errorResponse } from "./errors.ts";
+import type { ClientInfo } from "./headers.ts";
 import type { Proxy } from "./proxy.ts";
 
 /** Engine endpoints outside /v1 that clients (and `llmroute probe --via`) use. */
@@ -26,13 +26,15 @@ export interface AppDeps {
 }
 
 export interface App {
-  fetch(req: Request): Promise<Response>;
+  /** `client` is what the listening socket knows of the sender (its address, for X-Forwarded-For). */
+  fetch(req: Request, client?: ClientInfo): Promise<Response>;
 }
 
 export function createApp(deps: AppDeps): App {
   return {
-    async fetch(req) {
-      const url = new URL(req.url);
+    async fetch(req, client) {
+      // An HTTP/1.0 request without Host has a bare path for a URL.
+      const url = new URL(req.url, "http://localhost");
       const path = url.pathname;
       const read = req.method === "GET" || req.method === "HEAD";
       if (path === "/health" && read) return health(deps.fleet);
@@ -40,12 +42,13 @@ export function createApp(deps: AppDeps): App {
       const admin = deps.serves.admin && read && (path === "/status" || path === "/metrics");
       const api = deps.serves.api && (path.startsWith("/v1/") || ENGINE_EXTRAS.has(path));
       if (!admin && !api) {
-        return errorResponse("other", 404, `no route for ${req.method} ${path}`);
+        if (!deps.serves.api) return errorResponse("other", 404, `no route for ${req.method} ${path}`);
+        return deps.proxy.reject(url, 404, `no route for ${req.method} ${path}`);
       }
       // On the API listener every route needs a key; the admin listener is protected by
-      // where it listens.
+      // where it listens. Refusals are logged and counted like any request.
       if (deps.serves.api && !authorized(req, deps.apiKeys())) {
-        return errorResponse(endpointOf(path), 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
+        return deps.proxy.reject(url, 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
       }
       if (admin) {
         deps.beforeAdmin?.();
@@ -57,7 +60,7 @@ export function createApp(deps: AppDeps): App {
       if (path === "/v1/models" && req.method === "GET") {
         return Response.json({ object: "list", data: deps.fleet.models() });
       }
-      return deps.proxy.forward(req, url);
+      return deps.proxy.forward(req, url, client);
     },
   };
 }
@@ -75,7 +78,8 @@ function authorized(req: Request, keys: readonly string[]): boolean {
 }
 
 function health(fleet: Fleet): Response {
-  const healthy = fleet.replicas.filter((r) => r.healthy).map((r) => r.name);
+  // A half-open replica takes requests (one at a time): the router can serve.
+  const healthy = fleet.replicas.filter((r) => r.state !== "down").map((r) => r.name);
   const body = { status: healthy.length > 0 ? "ok" : "unavailable", healthy, replicas: fleet.replicas.length };
   return Response.json(body, { status: healthy.length > 0 ? 200 : 503 });
 }
