@@ -300,6 +300,7 @@ describe("routing.state_file survives a crash and bad input", () => {
     const file = await tempDir();
     const router = await startRouterProc([gpu0], { toml: stateToml(file) });
     expect(logRecords(router, "routing state not restored; starting cold")[0]!.reason).toMatch(/^cannot read it/);
+    await router.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 1 });
     router.proc.kill("SIGTERM");
     expect(await router.exited).toBe(0);
     expect(logRecords(router, "could not save routing state")[0]).toMatchObject({ level: "error", file });
