@@ -162,6 +162,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const config = deps.config();
     const fleet = deps.fleet;
     const read = await readBody(req, config.server.max_body_bytes, bodyTimeoutMs);
+    if (!read.ok && read.status === 499) {
+      record({ endpoint, status: 499, stream: false, outcome: "client_cancelled", totalMs: now() - started, failovers: 0, error: read.message });
+      return new Response(null, { status: 499 });
+    }
     if (!read.ok) return reject(url, read.status, read.message, started);
     const bytes = read.bytes;
 

@@ -10,7 +10,8 @@ import { nestingDepth } from "./_json.ts";
 /** Deeper JSON than this is refused before parsing (canonicalising it would recurse as deep). */
 export const MAX_JSON_DEPTH = 128;
 
-export type BodyRead = { ok: true; bytes: Uint8Array } | { ok: false; status: 408 | 413; message: string };
+/** 499 (nginx's "client closed request"): the client went away before its body was complete. */
+export type BodyRead = { ok: true; bytes: Uint8Array } | { ok: false; status: 408 | 413 | 499; message: string };
 
 /**
  * The whole body, or why not: over `limit` bytes (413, as soon as the declared length or
@@ -29,7 +30,12 @@ export async function readBody(req: Request, limit: number, timeoutMs: number): 
   let total = 0;
   try {
     for (;;) {
-      const next = await Promise.race([reader.read(), timedOut]);
+      let next: Awaited<ReturnType<typeof reader.read>> | "timeout";
+      try {
+        next = await Promise.race([reader.read(), timedOut]);
+      } catch {
+        return { ok: false, status: 499, message: "the client closed the connection before sending its whole body" };
+      }
       if (next === "timeout") {
         reader.cancel().catch(() => {});
         return { ok: false, status: 408, message: `the request body did not arrive within ${Math.round(timeoutMs / 1000)} s` };
