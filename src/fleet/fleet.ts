@@ -146,8 +146,8 @@ export class Fleet {
   replicas: Replica[];
   /** Requests routed while every replica of their pool was down. */
   panicRoutes = 0;
-  /** In panic mode now (logged when it starts and ends). */
-  panicking = false;
+  /** Models (by name, "" for requests naming none) in panic mode now; logged when it starts and ends. */
+  readonly panicking = new Set<string>();
   private readonly fetch: FetchLike;
   private readonly now: () => number;
 
@@ -211,10 +211,13 @@ export class Fleet {
    */
   views(pool: readonly Replica[], exclude: ReadonlySet<string>, cachedChars: (name: string) => number, model?: string): { views: ReplicaView[]; panic: boolean } {
     const panic = pool.length > 0 && !pool.some((r) => r.routable);
-    if (panic !== this.panicking && (panic || pool.some((r) => r.healthy))) {
-      this.panicking = panic;
-      if (panic) this.options.log.warn("panic mode: every replica is down; routing to all of them", { model, replicas: pool.map((r) => r.name).join(",") });
-      else this.options.log.info("panic mode over: a replica is up", { model });
+    const key = model ?? "";
+    if (panic && !this.panicking.has(key)) {
+      this.panicking.add(key);
+      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model, replicas: pool.map((r) => r.name).join(",") });
+    } else if (!panic && this.panicking.has(key) && pool.some((r) => r.healthy)) {
+      this.panicking.delete(key);
+      this.options.log.info("panic mode over: a replica is up", { model });
     }
     const views = pool.map((r) => {
       const view = r.view(cachedChars(r.name));

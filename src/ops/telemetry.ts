@@ -130,7 +130,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
-      panic: fleet.panicking,
+      panic: fleet.panicking.size > 0,
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },

@@ -209,7 +209,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
 
     const tried = new Set<string>();
     const failures: string[] = [];
-    let timedOut = false;
+    let allTimedOut = true;
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
       const { views, panic } = fleet.views(pool, tried, (name) => router.index.workingSetChars(name), shape.model);
@@ -235,7 +235,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (result.kind === "cut") break;
       const { failure } = result;
       if (failure.timer) replica.timeouts[failure.timer]++;
-      timedOut ||= failure.kind === "timeout";
+      allTimedOut &&= failure.kind === "timeout";
       fleet.failed(replica, failure);
       failures.push(`${replica.name}: ${failure.reason}`);
       if (decision.reason === "sticky") {
@@ -263,7 +263,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     }
     if (failures.length === 0) return finished(503, "no_replica", `no healthy replica${shape.model ? ` serves model \`${shape.model}\`` : ""}`);
     const message = `no replica could serve the request (${failures.join("; ")})`;
-    return timedOut ? finished(504, "timeout", message) : finished(503, "no_replica", message);
+    return allTimedOut ? finished(504, "timeout", message) : finished(503, "no_replica", message);
   }
 
   async function attemptUpstream(ctx: RequestContext, fleet: Fleet, replica: Replica, route: string, flight: Flight): Promise<Attempt> {
@@ -356,9 +356,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
       reader?.cancel().catch(() => {});
       return fail();
     }
-    headersIn = true;
     const ttftMs = now() - ctx.started;
+    // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
     if (res.status < 500) fleet.succeeded(replica);
+    else fleet.released(replica);
 
     const headers = downstreamHeaders(res.headers);
     headers.set("x-llmroute-replica", replica.name);

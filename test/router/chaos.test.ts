@@ -4,29 +4,13 @@
  * where conversations go.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import OpenAI from "openai";
 import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
 afterAll(killAll);
 
-function conversation(label: string) {
-  const messages: OpenAI.ChatCompletionMessageParam[] = [
-    { role: "system", content: `${label} ${crypto.randomUUID()} ${"context ".repeat(40)}` },
-    { role: "user", content: "begin" },
-  ];
-  const replicas: string[] = [];
-  return {
-    replicas,
-    async turn(client: OpenAI) {
-      const { data, response } = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 }).withResponse();
-      messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" }, { role: "user", content: `next ${messages.length}` });
-      replicas.push(response.headers.get("x-llmroute-replica")!);
-      return { replica: replicas.at(-1)!, route: response.headers.get("x-llmroute-route")!, cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
-    },
-  };
-}
 
 /** How often a conversation changed replica. */
 const moves = (replicas: string[]) => replicas.filter((r, i) => i > 0 && r !== replicas[i - 1]).length;
@@ -92,7 +76,7 @@ describe("a replica restarted", () => {
     // down replicas are re-checked at the health interval (at most every 2 s)
     const router = await startRouterProc([gpu0, first], { toml: `[health]\ninterval = "300ms"\ntimeout = "200ms"\n` });
     const client = router.client();
-    const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`));
+    const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);
     expect(conversations.map((c) => c.replicas[0])).toEqual(["gpu0", "gpu1", "gpu0", "gpu1", "gpu0", "gpu1"]);
 
@@ -123,7 +107,7 @@ describe("health flapping", () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` });
     const client = router.client();
-    const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`));
+    const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);
     const state = async () => ((await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string }[] }).replicas[0]!.state;
 

@@ -6,10 +6,11 @@
  * is gone.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import OpenAI from "openai";
+import type OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -19,20 +20,6 @@ const status = async (router: RouterProc) => (await (await fetch(`${router.url}/
 const replicaStatus = async (router: RouterProc, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
 const metric = async (router: RouterProc, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
 
-function conversation(label: string) {
-  const messages: OpenAI.ChatCompletionMessageParam[] = [
-    { role: "system", content: `${label} ${crypto.randomUUID()} ${"context ".repeat(60)}` },
-    { role: "user", content: "begin" },
-  ];
-  return {
-    messages,
-    async turn(client: OpenAI) {
-      const { data, response } = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 }).withResponse();
-      messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" }, { role: "user", content: `next ${messages.length}` });
-      return { replica: response.headers.get("x-llmroute-replica")!, route: response.headers.get("x-llmroute-route")!, cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
-    },
-  };
-}
 
 const oneShot = (client: OpenAI, i: number) =>
   client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `one-shot ${i} ${crypto.randomUUID()}` }], max_tokens: 1 }).withResponse();

@@ -10,6 +10,7 @@ import OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import { blackhole } from "../helpers/blackhole.ts";
 import { logRecords, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { readStream } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -87,10 +88,7 @@ describe("after the first byte: a silent stream ends with the API's error event"
     const gpu0 = await startSimProc("gpu0", ["--decode-tps", "1"]);
     const router = await startRouterProc([gpu0], { toml: `[routing]\nstream_idle_timeout = "500ms"\n` });
     const stream = await router.client().chat.completions.create({ ...ask("slow"), max_tokens: 10, stream: true });
-    const received: string[] = [];
-    const error = await (async () => {
-      for await (const chunk of stream) received.push(chunk.choices[0]?.delta?.content ?? "");
-    })().catch((e) => e);
+    const { received, error } = await readStream(stream);
     expect(received.length).toBeGreaterThanOrEqual(1);
     expect(received.length).toBeLessThan(10);
     expect(error).toBeInstanceOf(OpenAI.APIError);
