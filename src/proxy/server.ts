@@ -11,7 +11,6 @@ import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
 import { createLog, type Log } from "../log.ts";
 import { loadState, saveState } from "../ops/state-file.ts";
-import type { Reachability } from "./reachability.ts";
 import { Telemetry } from "../ops/telemetry.ts";
 import { createHasher } from "../route/hash.ts";
 import { createPolicy } from "../route/policies/index.ts";
@@ -19,6 +18,7 @@ import { PrefixIndex } from "../route/prefix.ts";
 import { Router } from "../route/router.ts";
 import { createApp, type App } from "./app.ts";
 import { createProxy, type RequestRecord } from "./proxy.ts";
+import type { Reachability } from "./reachability.ts";
 
 export interface RouterServer {
   url: string;

@@ -3,12 +3,12 @@
  * requests, a replica restarted, a replica whose health flaps. What the clients see, and
  * where conversations go.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { afterAll, describe, expect, it } from "bun:test";
 import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-afterEach(killAll);
+// Processes are killed once, at the end: the restart and flapping tests run concurrently.
 afterAll(killAll);
 
 
@@ -69,7 +69,7 @@ describe("a replica SIGKILLed under 200 concurrent requests over 3 replicas", ()
   }, 20_000);
 });
 
-describe("a replica restarted", () => {
+describe.concurrent("a replica restarted", () => {
   it("its conversations move once, to a live replica, and stay there after it is back", async () => {
     const [gpu0, first] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const port = new URL(first.url).port;
@@ -102,7 +102,7 @@ describe("a replica restarted", () => {
   }, 20_000);
 });
 
-describe("health flapping", () => {
+describe.concurrent("health flapping", () => {
   it("does not bounce conversations: those untouched stay with their cache, one served during a flap moves once", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` });

@@ -5,7 +5,7 @@
  * routed to anyway (panic mode); prefixes are forgotten only on evidence that the cache
  * is gone.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { afterAll, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
@@ -13,7 +13,8 @@ import { logRecords, startRouterProc, startSimProc, until, type RouterProc } fro
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-afterEach(killAll);
+// Each test starts its own processes and they run concurrently (mostly waiting on
+// deadlines and health checks), so processes are killed once, at the end.
 afterAll(killAll);
 
 const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
@@ -24,7 +25,7 @@ const metric = async (router: RouterProc, name: string) => parsePrometheus(await
 const oneShot = (client: OpenAI, i: number) =>
   client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `one-shot ${i} ${crypto.randomUUID()}` }], max_tokens: 1 }).withResponse();
 
-describe("a blip is not a death", () => {
+describe.concurrent("a blip is not a death", () => {
   it("one 503 fails the request over but leaves the replica up, and its ten pinned conversations stay where their cache is", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1]);
@@ -81,7 +82,7 @@ describe("a blip is not a death", () => {
   });
 });
 
-describe("panic mode", () => {
+describe.concurrent("panic mode", () => {
   it("every replica down (a health path that 404s): requests go to all of them, counted; the startup log says why each is down", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([
@@ -107,7 +108,7 @@ describe("panic mode", () => {
   });
 });
 
-describe("half-open recovery", () => {
+describe.concurrent("half-open recovery", () => {
   const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`;
 
   async function demotedByCheck(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
@@ -151,7 +152,7 @@ describe("half-open recovery", () => {
   });
 });
 
-describe("a replica's prefixes are forgotten only on evidence its cache is gone", () => {
+describe.concurrent("a replica's prefixes are forgotten only on evidence its cache is gone", () => {
   it("its engine's counters went back (a restart between two checks): forgotten, and its conversations start afresh", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc(

@@ -2,13 +2,14 @@
  * A reload (SIGHUP) is safe at any moment: a request keeps the replicas it started with,
  * and a replica the reload removed is neither committed to the index nor remembered.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { afterAll, describe, expect, it } from "bun:test";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { routerToml, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { rawResponse, startRawReplica } from "../helpers/raw-http.ts";
 
-afterEach(killAll);
+// Each test starts its own processes and they run concurrently (mostly waiting on
+// deadlines and health checks), so processes are killed once, at the end.
 afterAll(killAll);
 
 const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
@@ -27,7 +28,7 @@ const ask = (router: RouterProc, content: string, extra: Record<string, unknown>
     body: JSON.stringify({ model: "sim-model", messages: [{ role: "user", content }, { role: "assistant", content: "ok" }, { role: "user", content: "go on" }], max_tokens: 2, ...extra }),
   });
 
-describe("reload during a request", () => {
+describe.concurrent("reload during a request", () => {
   it("the failover target was removed by a reload meanwhile: the request is served by it (200, was a 500) and nothing is committed for it", async () => {
     let release!: (response: string) => void;
     const held = startRawReplica((req) =>

@@ -4,12 +4,13 @@
  * replica cannot take it, the client gets 503 with retry-after — never a 404 from a
  * replica that never saw the response.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import { startRouterProc, startSimProc, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
-afterEach(killAll);
+// Each test starts its own processes and they run concurrently (mostly waiting on
+// deadlines and health checks), so processes are killed once, at the end.
 afterAll(killAll);
 
 async function fleetWithAResponse(): Promise<{ router: RouterProc; client: OpenAI; owner: SimProc; other: SimProc; id: string }> {
@@ -24,7 +25,7 @@ async function fleetWithAResponse(): Promise<{ router: RouterProc; client: OpenA
 const followUp = (client: OpenAI, id: string, i: number) =>
   client.responses.create({ model: "sim-model", input: `and ${i}`, previous_response_id: id, max_output_tokens: 2 }).withResponse();
 
-describe("previous_response_id", () => {
+describe.concurrent("previous_response_id", () => {
   it("a 503 on an unrelated request to the owner does not move or break the chain", async () => {
     const { client, owner, id } = await fleetWithAResponse();
     await owner.faults({ fail_next: 1 });
@@ -64,7 +65,7 @@ describe("previous_response_id", () => {
   });
 });
 
-describe("GET and DELETE /v1/responses/{id}", () => {
+describe.concurrent("GET and DELETE /v1/responses/{id}", () => {
   it("go to the replica that holds the response, every time (not round-robin)", async () => {
     const { router, owner, id } = await fleetWithAResponse();
     for (const [method, path] of [

@@ -5,7 +5,7 @@
  * over — and a stream that goes silent ends after routing.stream_idle_timeout with the
  * API's error event. Each is counted in /metrics.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import { blackhole } from "../helpers/blackhole.ts";
@@ -13,7 +13,8 @@ import { logRecords, startRouterProc, startSimProc, until, type RouterProc } fro
 import { readStream } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-afterEach(killAll);
+// Each test starts its own processes and they run concurrently (mostly waiting on
+// deadlines and health checks), so processes are killed once, at the end.
 afterAll(killAll);
 
 const ask = (content: string, extra: Partial<OpenAI.ChatCompletionCreateParamsNonStreaming> = {}) => ({
@@ -28,7 +29,7 @@ async function timeouts(router: RouterProc): Promise<Record<string, number>> {
   return Object.fromEntries(samples.filter((s) => s.value > 0).map((s) => [`${s.labels.replica}/${s.labels.kind}`, s.value]));
 }
 
-describe("before the first byte: the deadline fails the request over", () => {
+describe.concurrent("before the first byte: the deadline fails the request over", () => {
   it("connect_timeout: a replica whose host vanished (SYNs dropped) is given up after 0.5 s; the request is served elsewhere", async () => {
     // "hole" is up at start, then its port starts dropping connection attempts
     const live = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => Response.json({ status: "ok" }) });
@@ -82,7 +83,7 @@ describe("before the first byte: the deadline fails the request over", () => {
   });
 });
 
-describe("after the first byte: a silent stream ends with the API's error event", () => {
+describe.concurrent("after the first byte: a silent stream ends with the API's error event", () => {
   it("stream_idle_timeout: tokens stop coming for 0.5 s → the client's stream errors, the engine is told to stop, counted", async () => {
     // one token a second: the first arrives right after prefill, the second never in time
     const gpu0 = await startSimProc("gpu0", ["--decode-tps", "1"]);
