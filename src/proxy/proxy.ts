@@ -213,7 +213,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
       const { views, panic } = fleet.views(pool, tried, (name) => router.index.workingSetChars(name), shape.model);
-      if (owner && !views.some((v) => v.name === owner && v.healthy)) {
+      // Its replica is here but cannot take it: the state exists nowhere else. (A replica
+      // outside this pool, e.g. serving another model, is the engines' business.)
+      if (owner && views.some((v) => v.name === owner && !v.healthy)) {
         ownerDown = owner;
         break;
       }
@@ -291,12 +293,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // Before the first byte: the replica must be reachable by connect_timeout and answer by first_byte_timeout.
     let headersIn = false;
     const firstByteTimer = setTimeout(timeout("first_byte", `no first byte within ${ms(routing.first_byte_timeout_ms)} (routing.first_byte_timeout)`), routing.first_byte_timeout_ms);
+    const probeAt = Math.min(PROBE_AFTER_MS, routing.connect_timeout_ms / 2);
     const probeTimer = setTimeout(async () => {
-      const reach = await reachability.check(replica.config.url, Math.max(0, routing.connect_timeout_ms - PROBE_AFTER_MS));
+      const reach = await reachability.check(replica.config.url, routing.connect_timeout_ms - probeAt);
       if (headersIn || stop || settled) return;
       if (reach === "timeout") timeout("connect", `no TCP connection within ${ms(routing.connect_timeout_ms)} (routing.connect_timeout)`)();
       else if (reach === "refused") abort({ kind: "failure", failure: { kind: "refused", reason: "connection refused" } });
-    }, Math.min(PROBE_AFTER_MS, routing.connect_timeout_ms));
+    }, probeAt);
     const clearDeadlines = () => {
       clearTimeout(firstByteTimer);
       clearTimeout(probeTimer);
