@@ -95,8 +95,8 @@ for (const entries of [0, 200_000, 1_000_000]) {
     maxInflight: 0,
     cacheAware: config.routing.cache_aware,
   });
-  const fleet = new Fleet(config.replicas, { log, healthPath: "/health", healthTimeoutMs: 1000 });
-  for (const r of fleet.replicas) r.healthy = true;
+  const fleet = new Fleet(config.replicas, { log, healthPath: "/health", healthTimeoutMs: 1000, failures: 3 });
+  for (const r of fleet.replicas) r.state = "up";
   const capacity = new CapacityWatch(log);
   const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt: Date.now() }));
   const now = Date.now();
@@ -112,7 +112,7 @@ for (const entries of [0, 200_000, 1_000_000]) {
   refresh();
   const app = createApp({
     fleet,
-    proxy: { forward: () => Promise.reject(new Error("not used")) },
+    proxy: { forward: () => Promise.reject(new Error("not used")), reject: () => new Response(null, { status: 500 }), active: 0, cutAll: () => {} },
     telemetry,
     apiKeys: () => [],
     serves: { api: false, admin: true },

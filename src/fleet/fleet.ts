@@ -1,11 +1,19 @@
 /**
- * Replica state: health, in-flight counts, models, and per-replica calibration. Health is
- * checked actively (the server schedules `checkAll`) and passively (a failed request
- * demotes a replica at once). No timers here; the caller owns the schedule.
+ * Replica state: health, in-flight counts, models, and per-replica calibration.
+ *
+ * Health tells a blip from a death (Envoy's outlier detection and a circuit breaker's
+ * half-open state, in small): a refused connection or a failed active check demotes a
+ * replica at once; a 502/503/504, a reset or a timeout only after `failures` in a row. A
+ * demoted replica whose active check passes again is half-open: one request goes there,
+ * and its success brings the replica back. When every replica of a pool is down, requests
+ * go to all of them anyway (panic mode) rather than to none. What a replica has cached is
+ * declared lost only on evidence — it refused connections at an active check (no process
+ * listens), or its engine reports a new process start time or counters that went back —
+ * never because of a failed request. No timers here; the caller owns the schedule.
  */
 import type { ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
-import { parsePrometheus, readEngine, type EngineReading } from "../engines/metrics.ts";
+import { ENGINE_METRICS, parsePrometheus, readEngine, total, type EngineReading } from "../engines/metrics.ts";
 import type { FleetView } from "../route/router.ts";
 import { PrefillQueue } from "./prefill.ts";
 
@@ -26,16 +34,44 @@ const TOKENS_DECAY = 0.95;
 /** Default characters per token before any usage is observed. */
 export const DEFAULT_CHARS_PER_TOKEN = 4;
 
+/** up: routed to; half-open: one trial request may go there; down: not routed to (except in panic mode). */
+export type HealthState = "up" | "half-open" | "down";
+
+/** Why a request to a replica failed, as health weighs it. */
+export interface Failure {
+  /** refused: nothing listens (demote at once); the others count towards `health.failures`. */
+  kind: "refused" | "status" | "timeout" | "network";
+  reason: string;
+  /** Which deadline fired, for a timeout. */
+  timer?: TimerKind;
+}
+
+export type TimerKind = "connect" | "first_byte" | "stream_idle";
+
 export class Replica {
-  healthy = false;
+  state: HealthState = "down";
   /** At least one health check has completed (up or down). */
   checked = false;
+  /** Failed requests since the last success (a 502/503/504, reset or timeout). */
+  consecutiveFailures = 0;
+  /** A half-open replica's one trial request is in flight. */
+  trial = false;
+  /** Removed (or replaced) by a config reload: requests that hold it finish, nothing is remembered for it. */
+  removed = false;
+  /** Its cache was declared lost in this down episode (so it is forgotten once, not at every check). */
+  cacheLost = false;
   inflight = 0;
   served = 0;
   failovers = 0;
   errors = 0;
+  /** Deadlines that fired, by kind. */
+  timeouts: Record<TimerKind, number> = { connect: 0, first_byte: 0, stream_idle: 0 };
+  /** Times its cache was declared lost (a restart). */
+  cacheLosses = 0;
   lastError?: { message: string; at: number };
   downSince?: number;
+  /** What the engine's /metrics said about its process last time: a start time, a counter that only grows. */
+  epoch?: { startTime?: number; promptTokens?: number };
   /** Model cards from /v1/models (or synthesised from config). */
   cards: ModelCard[] = [];
   discovered = false;
@@ -56,6 +92,15 @@ export class Replica {
 
   get name(): string {
     return this.config.name;
+  }
+
+  get healthy(): boolean {
+    return this.state === "up";
+  }
+
+  /** May a request be sent here (outside panic mode)? A half-open replica takes one at a time. */
+  get routable(): boolean {
+    return this.state === "up" || (this.state === "half-open" && !this.trial);
   }
 
   /** Serves `model`? Configured models are authoritative; unknown lists accept anything. */
@@ -98,13 +143,19 @@ export interface FleetOptions {
   log: Log;
   healthPath: string;
   healthTimeoutMs: number;
+  /** Consecutive failed requests (5xx, reset, timeout) that demote a replica (health.failures). */
+  failures: number;
   now?: () => number;
-  /** Called when a replica that was down passes a check again (its cache is presumably gone). */
-  onRecovered?: (replica: Replica) => void;
+  /** Evidence that a replica's cache is gone (its engine restarted): forget what it held. */
+  onCacheLost?: (replica: Replica, reason: string) => void;
 }
 
 export class Fleet {
   replicas: Replica[];
+  /** Requests routed while every replica of their pool was down. */
+  panicRoutes = 0;
+  /** Models (by name, "" for requests naming none) in panic mode now; logged when it starts and ends. */
+  readonly panicking = new Set<string>();
   private readonly fetch: FetchLike;
   private readonly now: () => number;
 
@@ -118,7 +169,7 @@ export class Fleet {
   }
 
   /** Health settings changed (config reload). */
-  configure(settings: Pick<FleetOptions, "healthPath" | "healthTimeoutMs">): void {
+  configure(settings: Pick<FleetOptions, "healthPath" | "healthTimeoutMs" | "failures">): void {
     Object.assign(this.options, settings);
   }
 
@@ -155,28 +206,91 @@ export class Fleet {
       return existing;
     });
     const added = next.filter((r) => !this.replicas.includes(r)).map((r) => r.name);
+    for (const r of this.replicas) if (!next.includes(r)) r.removed = true;
     this.replicas = next;
     return { added, removed: [...old.keys()], replaced };
   }
 
-  /** Demote at once after a failed request; the next passing check restores it. */
-  demote(replica: Replica, reason: string): void {
+  /**
+   * What the policy sees of `pool` for one routing attempt: `exclude`d replicas (already
+   * tried by this request) are never healthy; the others are healthy while routable, or
+   * all of them when no replica of the pool is routable (panic mode: a fleet that is
+   * wrongly all demoted still serves; a truly dead one fails fast with the reasons).
+   */
+  views(pool: readonly Replica[], exclude: ReadonlySet<string>, model?: string): { views: FleetView[]; panic: boolean } {
+    const panic = pool.length > 0 && !pool.some((r) => r.routable);
+    const key = model ?? "";
+    if (panic && !this.panicking.has(key)) {
+      this.panicking.add(key);
+      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model, replicas: pool.map((r) => r.name).join(",") });
+    } else if (!panic && this.panicking.has(key) && pool.some((r) => r.healthy)) {
+      this.panicking.delete(key);
+      this.options.log.info("panic mode over: a replica is up", { model });
+    }
+    const views = pool.map((r) => {
+      const view = r.view();
+      view.healthy = !exclude.has(r.name) && (panic || r.routable);
+      return view;
+    });
+    return { views, panic };
+  }
+
+  /** A request was sent to `replica`: on a half-open one, it is the trial. */
+  dispatched(replica: Replica, panic: boolean): void {
+    if (panic) this.panicRoutes++;
+    if (replica.state === "half-open") replica.trial = true;
+  }
+
+  /** The replica answered (first byte, status < 500): failures reset; a trial brings it back up. */
+  succeeded(replica: Replica): void {
+    replica.consecutiveFailures = 0;
+    if (replica.state === "half-open" && replica.trial) {
+      replica.trial = false;
+      this.up(replica, "replica up again: trial request succeeded");
+    }
+  }
+
+  /** The request ended without a verdict on the replica (the client left first). */
+  released(replica: Replica): void {
+    replica.trial = false;
+  }
+
+  /**
+   * A request to `replica` failed. Refused: nothing listens, demote at once. Otherwise it
+   * counts; `failures` in a row demote, and a failed trial sends a half-open replica back
+   * down at once.
+   */
+  failed(replica: Replica, failure: Failure): void {
     replica.errors++;
+    replica.lastError = { message: failure.reason, at: this.now() };
+    replica.consecutiveFailures++;
+    const trial = replica.state === "half-open" && replica.trial;
+    replica.trial = false;
+    if (failure.kind === "refused" || trial || replica.consecutiveFailures >= this.options.failures) {
+      const why = trial ? `trial request failed: ${failure.reason}` : failure.kind === "refused" ? failure.reason : `${replica.consecutiveFailures} failures in a row, the last: ${failure.reason}`;
+      this.demote(replica, why);
+    }
+  }
+
+  /** Take a replica out of routing now (its next passing active check makes it half-open). */
+  demote(replica: Replica, reason: string): void {
     replica.lastError = { message: reason, at: this.now() };
-    if (!replica.healthy) return;
-    replica.healthy = false;
+    if (replica.state === "down") return;
+    replica.state = "down";
+    replica.trial = false;
     replica.downSince = this.now();
     this.options.log.warn("replica down", { replica: replica.name, reason });
   }
 
   /** Check every replica (or only those currently down) once, in parallel. */
   async checkAll(onlyDown = false): Promise<void> {
-    await Promise.all(this.replicas.filter((r) => !onlyDown || !r.healthy).map((r) => this.check(r)));
+    await Promise.all(this.replicas.filter((r) => !onlyDown || r.state === "down").map((r) => this.check(r)));
   }
 
   async check(replica: Replica): Promise<void> {
     const { healthPath, healthTimeoutMs } = this.options;
     let failure: string | undefined;
+    let refused = false;
     try {
       const res = await this.fetch(`${replica.config.url}${replica.config.health_path ?? healthPath}`, {
         headers: authHeaders(replica.config),
@@ -185,7 +299,9 @@ export class Fleet {
       await res.body?.cancel();
       if (res.status !== 200) failure = `health check: HTTP ${res.status}`;
     } catch (error) {
-      failure = `health check: ${describeFetchError(error)}`;
+      const reason = describeFetchError(error);
+      refused = reason === "connection refused";
+      failure = `health check: ${reason}`;
     }
     if (!failure) {
       await Promise.all([
@@ -194,19 +310,67 @@ export class Fleet {
       ]);
     }
 
+    const first = !replica.checked;
     replica.checked = true;
     if (failure) {
-      if (replica.healthy) this.demote(replica, failure);
-      else replica.lastError = { message: failure, at: this.now() };
+      // Nothing listens on its port: the engine process is gone, and its cache with it. (At
+      // the first check this only clears pins a state file restored; "replica down" says why.)
+      if (refused) this.loseCache(replica, "connection refused at an active check", true, !first);
+      if (first) {
+        replica.lastError = { message: failure, at: this.now() };
+        replica.downSince = this.now();
+        this.options.log.warn("replica down", { replica: replica.name, reason: failure });
+      } else this.demote(replica, failure);
       return;
     }
-    if (!replica.healthy) {
-      const wasDown = replica.downSince !== undefined;
-      replica.healthy = true;
-      replica.downSince = undefined;
-      this.options.log.info(wasDown ? "replica up again" : "replica up", { replica: replica.name, models: replica.cards.map((c) => c.id).join(",") });
-      if (wasDown) this.options.onRecovered?.(replica);
+    if (first) this.up(replica, "replica up");
+    else if (replica.state === "down") {
+      replica.state = "half-open";
+      replica.trial = false;
+      this.options.log.info("replica half-open: health check passed; the next request is a trial", { replica: replica.name });
     }
+  }
+
+  private up(replica: Replica, msg: string): void {
+    replica.state = "up";
+    replica.downSince = undefined;
+    replica.cacheLost = false;
+    replica.consecutiveFailures = 0;
+    this.options.log.info(msg, { replica: replica.name, models: replica.cards.map((c) => c.id).join(",") });
+  }
+
+  /**
+   * Evidence that the replica's cache is gone: forget what it held. Once per down episode
+   * (a replica that stays down is re-checked every few seconds); `episode` false for
+   * evidence from a live engine, which marks no episode.
+   */
+  private loseCache(replica: Replica, reason: string, episode = true, announce = true): void {
+    if (replica.cacheLost) return;
+    if (episode) replica.cacheLost = true;
+    replica.cacheLosses++;
+    if (announce) this.options.log.warn("replica cache lost: forgetting its prefixes", { replica: replica.name, reason });
+    this.options.onCacheLost?.(replica, reason);
+  }
+
+  /**
+   * A restart between two checks leaves no refused connection behind, but the engine's
+   * /metrics tells: vLLM and SGLang export `process_start_time_seconds`, and every
+   * engine's prompt-token counter only grows while its process lives.
+   */
+  private noticeRestart(replica: Replica, metrics: ReturnType<typeof parsePrometheus>, reading: EngineReading): void {
+    const startTime = total(metrics, "process_start_time_seconds");
+    const counterName = reading.family ? ENGINE_METRICS[reading.family].prompt_tokens?.find((n) => metrics.has(n)) : undefined;
+    const promptTokens = counterName ? total(metrics, counterName) : undefined;
+    const before = replica.epoch;
+    replica.epoch = { startTime, promptTokens };
+    if (!before) return;
+    let evidence: string | undefined;
+    if (startTime !== undefined && before.startTime !== undefined && startTime !== before.startTime) {
+      evidence = `engine restarted: process_start_time_seconds ${before.startTime} → ${startTime}`;
+    } else if (promptTokens !== undefined && before.promptTokens !== undefined && promptTokens < before.promptTokens) {
+      evidence = `engine restarted: ${counterName} went back from ${before.promptTokens} to ${promptTokens}`;
+    }
+    if (evidence) this.loseCache(replica, evidence, false);
   }
 
   /** Read the engine's load signals; a missing name is reported, never guessed. */
@@ -221,7 +385,9 @@ export class Fleet {
         await res.body?.cancel();
         throw new Error(`HTTP ${res.status}`);
       }
-      const reading = readEngine(parsePrometheus(await res.text()), LOAD_SIGNALS);
+      const metrics = parsePrometheus(await res.text());
+      const reading = readEngine(metrics, LOAD_SIGNALS);
+      this.noticeRestart(replica, metrics, reading);
       replica.engine = { ...reading, at };
       replica.engineWaiting = reading.values.waiting ?? 0;
       if (!reading.family) replica.engine.error = "no vLLM, SGLang or llama.cpp metric names found";

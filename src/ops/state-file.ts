@@ -1,14 +1,20 @@
 /**
- * routing.state_file: the prefix index and the Responses API ids, saved on shutdown and
- * loaded on start, so a router restart does not lose its pins while the engines keep their
- * caches. Written to a temp file and renamed, so a crash never leaves half a file.
+ * routing.state_file: the prefix index and the Responses API ids, saved every
+ * routing.state_interval and on shutdown, loaded on start, so a router restart (or crash)
+ * does not lose its pins while the engines keep their caches.
  *
- * Layout: "LRST", format version (u32), header length (u32), a JSON header (saved_at,
+ * Layout: "LRST", format version (u32), header length (u32), a JSON header (saved_at, the
  * identity version, the Responses ids), then the index's binary snapshot — a million
- * entries are ~32 MB written in tens of milliseconds, where JSON would take seconds.
+ * entries are ~32 MB, written in tens of milliseconds where JSON would take seconds.
+ *
+ * Saving writes a temp file, fsyncs it, renames it over the old one and fsyncs the
+ * directory: a crash at any moment leaves either the old file or the new one. Loading
+ * trusts nothing: the envelope and every Responses record are checked here, the index
+ * records by the index itself; bad records are skipped and counted. Since the state is
+ * only a hint, a file that cannot be used means a cold start, never a refusal to start.
  */
-import { rename } from "node:fs/promises";
-import { LlmrouteError } from "../errors.ts";
+import { open, readFile, rename, rm, stat } from "node:fs/promises";
+import { basename, dirname } from "node:path";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { Router } from "../route/router.ts";
 
@@ -21,50 +27,121 @@ interface Header {
   responses: [string, string][];
 }
 
-export async function saveState(path: string, router: Router): Promise<{ entries: number; responses: number }> {
-  const header: Header = { saved_at: new Date().toISOString(), identity: IDENTITY_VERSION, responses: router.savedResponses() };
-  const json = new TextEncoder().encode(JSON.stringify(header));
-  const index = router.index.snapshot();
-  const out = new Uint8Array(12 + json.length + index.length);
-  const view = new DataView(out.buffer);
-  out.set(MAGIC, 0);
-  view.setUint32(4, FORMAT, true);
-  view.setUint32(8, json.length, true);
-  out.set(json, 12);
-  out.set(index, 12 + json.length);
-  const tmp = `${path}.tmp-${process.pid}`;
-  await Bun.write(tmp, out);
-  await rename(tmp, path);
-  return { entries: router.index.size, responses: header.responses.length };
+export interface LoadCounts {
+  entries: number;
+  responses: number;
+  /** Records that were malformed (or named nothing the index accepts). */
+  skipped_entries: number;
+  skipped_responses: number;
 }
 
-/** Load what the file holds for replicas `keep` accepts; undefined when there is no file. */
-export async function loadState(
-  path: string,
-  router: Router,
-  keep: (replica: string) => boolean,
-): Promise<{ entries: number; skipped: number; responses: number } | undefined> {
-  const file = Bun.file(path);
-  if (!(await file.exists())) return undefined;
-  const bytes = new Uint8Array(await file.arrayBuffer());
-  const unusable = (why: string) => new LlmrouteError("config", `routing.state_file ${path} ${why}; move it away to start fresh`);
-  if (bytes.length < 12 || !MAGIC.every((b, i) => bytes[i] === b)) throw unusable("is not an llmroute state file");
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (view.getUint32(4, true) !== FORMAT) throw unusable(`has format ${view.getUint32(4, true)}, not ${FORMAT}`);
-  const jsonLength = view.getUint32(8, true);
-  let header: Header;
+export type LoadResult =
+  | { status: "absent" }
+  | { status: "restored"; counts: LoadCounts }
+  /** The file exists but cannot be used: the caller starts cold and says why. */
+  | { status: "unusable"; reason: string };
+
+/** The file's parts in order: the fixed head, the JSON header, the index snapshot. */
+export function encodeState(responses: [string, string][], index: Uint8Array, header: Partial<Header> = {}): Uint8Array[] {
+  const json = new TextEncoder().encode(JSON.stringify({ saved_at: new Date().toISOString(), identity: IDENTITY_VERSION, responses, ...header }));
+  const head = new Uint8Array(12);
+  const view = new DataView(head.buffer);
+  head.set(MAGIC, 0);
+  view.setUint32(4, FORMAT, true);
+  view.setUint32(8, json.length, true);
+  return [head, json, index];
+}
+
+export async function saveState(path: string, router: Router): Promise<{ entries: number; responses: number }> {
+  const responses = router.savedResponses();
+  const parts = encodeState(responses, router.index.snapshot());
+  const tmp = `${dirname(path)}/.${basename(path)}.tmp-${process.pid}`;
   try {
-    header = JSON.parse(new TextDecoder().decode(bytes.subarray(12, 12 + jsonLength))) as Header;
+    const file = await open(tmp, "w", 0o600);
+    try {
+      for (const part of parts) await file.write(part);
+      await file.sync();
+    } finally {
+      await file.close();
+    }
+    await rename(tmp, path);
   } catch (error) {
-    throw unusable(`has an unreadable header (${(error as Error).message})`);
+    await rm(tmp, { force: true }).catch(() => {});
+    throw error;
   }
-  if (header.identity !== IDENTITY_VERSION) throw unusable(`was written with prefix identity v${header.identity}, not v${IDENTITY_VERSION}`);
-  const { restored, skipped } = router.index.restore(bytes.subarray(12 + jsonLength), keep);
+  // The rename itself is durable only once the directory is.
+  const dir = await open(dirname(path), "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+  return { entries: router.index.size, responses: responses.length };
+}
+
+/** Load what the file holds for the replicas `keep` accepts. */
+export async function loadState(path: string, router: Router, keep: (replica: string) => boolean): Promise<LoadResult> {
+  let bytes: Uint8Array;
+  try {
+    if (!(await stat(path)).isFile()) return { status: "unusable", reason: "cannot read it: not a regular file" };
+    bytes = new Uint8Array(await readFile(path));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { status: "absent" };
+    return { status: "unusable", reason: `cannot read it: ${(error as Error).message}` };
+  }
+  if (bytes.length < 12 || !MAGIC.every((b, i) => bytes[i] === b)) return { status: "unusable", reason: "not an llmroute state file" };
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const format = view.getUint32(4, true);
+  if (format !== FORMAT) return { status: "unusable", reason: `state file format ${format}, this router reads ${FORMAT}` };
+  const jsonLength = view.getUint32(8, true);
+  if (12 + jsonLength > bytes.length) return { status: "unusable", reason: "truncated header" };
+
+  let header: Partial<Header> | null;
+  try {
+    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(12, 12 + jsonLength))) as Partial<Header> | null;
+  } catch (error) {
+    return { status: "unusable", reason: `unreadable header (${(error as Error).message})` };
+  }
+  if (!header || typeof header !== "object" || !Array.isArray(header.responses)) {
+    return { status: "unusable", reason: "its header lacks the Responses records" };
+  }
+  if (header.identity !== IDENTITY_VERSION) {
+    return { status: "unusable", reason: `written with prefix identity v${String(header.identity)}, this router computes v${IDENTITY_VERSION}` };
+  }
+
+  let restored: { restored: number; skipped: number };
+  try {
+    restored = router.index.restore(bytes.subarray(12 + jsonLength), keep);
+  } catch (error) {
+    return { status: "unusable", reason: `its index could not be restored: ${(error as Error).message}` };
+  }
+
   let responses = 0;
-  for (const [id, replica] of Array.isArray(header.responses) ? header.responses : []) {
-    if (typeof id !== "string" || typeof replica !== "string" || !keep(replica)) continue;
-    router.rememberResponse(id, replica);
+  let skippedResponses = 0;
+  for (const record of header.responses) {
+    if (!isResponseRecord(record)) {
+      skippedResponses++;
+      continue;
+    }
+    // A replica no longer configured: its responses are unreachable, not malformed.
+    if (!keep(record[1])) continue;
+    router.rememberResponse(record[0], record[1]);
     responses++;
   }
-  return { entries: restored, skipped, responses };
+  return {
+    status: "restored",
+    counts: { entries: restored.restored, responses, skipped_entries: restored.skipped, skipped_responses: skippedResponses },
+  };
+}
+
+function isResponseRecord(record: unknown): record is [string, string] {
+  return (
+    Array.isArray(record) &&
+    record.length === 2 &&
+    typeof record[0] === "string" &&
+    record[0].length > 0 &&
+    record[0].length <= 256 &&
+    typeof record[1] === "string" &&
+    record[1].length > 0
+  );
 }

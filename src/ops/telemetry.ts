@@ -24,7 +24,7 @@ const DURATION_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
 export class Telemetry {
   readonly registry = new Registry();
-  private readonly requests = this.registry.counter("llmroute_requests_total", "Requests finished, by replica, route reason, endpoint and HTTP status.");
+  private readonly requests = this.registry.counter("llmroute_requests_total", "Requests finished, by replica, route reason, endpoint, HTTP status and outcome.");
   private readonly ttft = this.registry.histogram("llmroute_ttft_seconds", "Time to first byte of streamed responses, as seen by the router.", TTFT_BUCKETS);
   private readonly duration = this.registry.histogram("llmroute_request_duration_seconds", "Whole request time.", DURATION_BUCKETS);
   private readonly promptTokens = this.registry.counter("llmroute_prompt_tokens_total", "Prompt tokens reported by the engines' usage, summed.");
@@ -51,6 +51,12 @@ export class Telemetry {
       replicas().map((r): [Record<string, string>, number] => [{ replica: r.name }, f(r)]);
     const r = this.registry;
     r.gauge("llmroute_replica_up", "1 while the replica passes health checks.", each((x) => (x.healthy ? 1 : 0)));
+    r.gauge("llmroute_replica_half_open", "1 while the replica is half-open: back from down, its next request a trial.", each((x) => (x.state === "half-open" ? 1 : 0)));
+    r.gauge("llmroute_replica_consecutive_failures", "Failed requests (502/503/504, reset, timeout) since the replica last answered; health.failures demote it.", each((x) => x.consecutiveFailures));
+    r.gauge("llmroute_timeouts_total", "Upstream deadlines that fired: connect and first_byte (failed over), stream_idle (stream ended).", () =>
+      replicas().flatMap((x) => (["connect", "first_byte", "stream_idle"] as const).map((kind): [Record<string, string>, number] => [{ replica: x.name, kind }, x.timeouts[kind]])), "counter");
+    r.gauge("llmroute_cache_losses_total", "Times the replica's cache was declared lost (it refused connections at a check, or its engine restarted) and its prefixes forgotten.", each((x) => x.cacheLosses), "counter");
+    r.gauge("llmroute_panic_routes_total", "Requests routed while every replica of their pool was down (panic mode: routed to all).", () => [[{}, this.live().fleet.panicRoutes]], "counter");
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
     r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
@@ -83,7 +89,7 @@ export class Telemetry {
   record(rec: RequestRecord): void {
     this.recent.record(rec, Date.now());
     const replica = rec.replica ?? "none";
-    this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status) });
+    this.requests.inc({ replica, route: rec.route ?? "none", endpoint: rec.endpoint, status: String(rec.status), outcome: rec.outcome });
     if (!rec.replica) return;
     this.duration.observe({ replica }, rec.totalMs / 1000);
     if (rec.ttftMs !== undefined) this.ttft.observe({ replica }, rec.ttftMs / 1000);
@@ -111,7 +117,7 @@ export class Telemetry {
       if (cap?.over) {
         warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
       }
-      if (!r.healthy && r.lastError) warnings.push(`down: ${r.lastError.message}`);
+      if (r.state !== "up" && r.lastError) warnings.push(`${r.state}: ${r.lastError.message}`);
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {
         warnings.push(
@@ -124,6 +130,10 @@ export class Telemetry {
         name: r.name,
         url: r.config.url,
         healthy: r.healthy,
+        state: r.state,
+        consecutive_failures: r.consecutiveFailures,
+        timeouts: { ...r.timeouts },
+        cache_losses: r.cacheLosses,
         last_error: r.lastError ? { message: r.lastError.message, at: new Date(r.lastError.at).toISOString() } : null,
         inflight: r.inflight,
         served: r.served,
@@ -157,6 +167,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
+      panic: fleet.panicking.size > 0,
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       health_interval_s: config.health.interval_ms / 1000,
@@ -171,6 +182,10 @@ export interface ReplicaStatus {
   name: string;
   url: string;
   healthy: boolean;
+  state: "up" | "half-open" | "down";
+  consecutive_failures: number;
+  timeouts: { connect: number; first_byte: number; stream_idle: number };
+  cache_losses: number;
   last_error: { message: string; at: string } | null;
   inflight: number;
   served: number;
@@ -203,6 +218,8 @@ export interface StatusDocument {
   policy: string;
   uptime_s: number;
   healthy: number;
+  /** Every replica of a pool is down and requests go to all of them. */
+  panic: boolean;
   index: { entries: number; max_entries: number; memory_bytes: number };
   capacity_window_s: number;
   /** How often replicas are checked (and engines scraped): an older scrape is stale. */

@@ -8,8 +8,8 @@ import type { Fleet } from "../fleet/fleet.ts";
 import { dashboardDataResponse } from "../ops/dashboard/data.ts";
 import { dashboardPage } from "../ops/dashboard/page.ts";
 import type { Telemetry } from "../ops/telemetry.ts";
-import { endpointOf } from "../route/shape.ts";
 import { errorResponse } from "./errors.ts";
+import type { ClientInfo } from "./headers.ts";
 import type { Proxy } from "./proxy.ts";
 
 /** Engine endpoints outside /v1 that clients (and `llmroute probe --via`) use. */
@@ -30,13 +30,15 @@ export interface AppDeps {
 }
 
 export interface App {
-  fetch(req: Request): Promise<Response>;
+  /** `client` is what the listening socket knows of the sender (its address, for X-Forwarded-For). */
+  fetch(req: Request, client?: ClientInfo): Promise<Response>;
 }
 
 export function createApp(deps: AppDeps): App {
   return {
-    async fetch(req) {
-      const url = new URL(req.url);
+    async fetch(req, client) {
+      // An HTTP/1.0 request without Host has a bare path for a URL.
+      const url = new URL(req.url, "http://localhost");
       const path = url.pathname;
       const read = req.method === "GET" || req.method === "HEAD";
       if (path === "/health" && read) return health(deps.fleet);
@@ -48,16 +50,14 @@ export function createApp(deps: AppDeps): App {
       const api = deps.serves.api && (path.startsWith("/v1/") || ENGINE_EXTRAS.has(path));
       if (!admin && !api) {
         const elsewhere = !deps.serves.admin && (path === "/status" || path === "/metrics") ? deps.adminUrl?.() : undefined;
-        return errorResponse(
-          "other",
-          404,
-          elsewhere ? `${path} is served on the admin listener, ${elsewhere}${path} (server.admin_listen), not on this one` : `no route for ${req.method} ${path}`,
-        );
+        const message = elsewhere ? `${path} is served on the admin listener, ${elsewhere}${path} (server.admin_listen), not on this one` : `no route for ${req.method} ${path}`;
+        if (!deps.serves.api) return errorResponse("other", 404, message);
+        return deps.proxy.reject(url, 404, message);
       }
       // On the API listener every route needs a key; the admin listener is protected by
-      // where it listens.
+      // where it listens. Refusals are logged and counted like any request.
       if (deps.serves.api && !authorized(req, deps.apiKeys())) {
-        return errorResponse(endpointOf(path), 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
+        return deps.proxy.reject(url, 401, "missing or invalid API key: send Authorization: Bearer <key> or x-api-key");
       }
       if (admin) {
         // Reads the capacity refreshed on the server's schedule: a poll never walks the index.
@@ -71,7 +71,7 @@ export function createApp(deps: AppDeps): App {
       if (path === "/v1/models" && req.method === "GET") {
         return Response.json({ object: "list", data: deps.fleet.models() });
       }
-      return deps.proxy.forward(req, url);
+      return deps.proxy.forward(req, url, client);
     },
   };
 }
@@ -89,7 +89,8 @@ function authorized(req: Request, keys: readonly string[]): boolean {
 }
 
 function health(fleet: Fleet): Response {
-  const healthy = fleet.replicas.filter((r) => r.healthy).map((r) => r.name);
+  // A half-open replica takes requests (one at a time): the router can serve.
+  const healthy = fleet.replicas.filter((r) => r.state !== "down").map((r) => r.name);
   const body = { status: healthy.length > 0 ? "ok" : "unavailable", healthy, replicas: fleet.replicas.length };
   return Response.json(body, { status: healthy.length > 0 ? 200 : 503 });
 }

@@ -10,9 +10,11 @@ const OPENAI_TYPES: Record<number, string> = {
   401: "AuthenticationError",
   404: "NotFoundError",
   405: "BadRequestError",
+  408: "RequestTimeoutError",
   413: "BadRequestError",
   502: "UpstreamError",
   503: "ServiceUnavailableError",
+  504: "GatewayTimeoutError",
 };
 
 const ANTHROPIC_TYPES: Record<number, string> = {
@@ -20,9 +22,11 @@ const ANTHROPIC_TYPES: Record<number, string> = {
   401: "authentication_error",
   404: "not_found_error",
   405: "invalid_request_error",
+  408: "timeout_error",
   413: "request_too_large",
   502: "api_error",
   503: "overloaded_error",
+  504: "timeout_error",
 };
 
 export function errorBody(endpoint: Endpoint, status: number, message: string, param: string | null = null): unknown {
@@ -41,8 +45,8 @@ export function errorResponse(
   return Response.json(errorBody(endpoint, status, message, options.param ?? null), { status, headers: options.headers });
 }
 
-/** The event that ends a stream whose upstream failed after bytes were sent. */
-export function streamErrorEvent(endpoint: Endpoint, message: string): string {
-  const body = JSON.stringify(errorBody(endpoint, 502, message));
+/** The event that ends a stream cut after bytes were sent (upstream failed 502, went silent 504, drain 503). */
+export function streamErrorEvent(endpoint: Endpoint, message: string, status = 502): string {
+  const body = JSON.stringify(errorBody(endpoint, status, message));
   return endpoint === "messages" ? `event: error\ndata: ${body}\n\n` : `data: ${body}\n\n`;
 }

@@ -1,20 +1,29 @@
 /**
- * The proxy flow, in one place: read the body once (bounded), decide, forward the client's
- * original bytes, fail over only before the first byte reaches the client, relay the
- * stream unbuffered while tapping usage on the side, and abort upstream when the client
- * goes away. `fetch` and the clock are injected; Bun.serve lives in server.ts.
+ * The proxy flow, in one place: read the body once (bounded in size and time), decide,
+ * forward the client's original bytes, fail over only before the first byte reaches the
+ * client, relay the stream unbuffered while tapping usage on the side, and abort upstream
+ * when the client goes away. Deadlines: connect and first byte fail over; a stream silent
+ * for `stream_idle_timeout` ends with the API's error event. A request keeps the replica
+ * objects it started with, so a reload never pulls one from under it. `fetch`, the clock
+ * and the connect probe are injected; Bun.serve lives in server.ts.
  */
 import type { Config } from "../config.ts";
-import { authHeaders, describeFetchError, type FetchLike, type Fleet, type Replica } from "../fleet/fleet.ts";
+import { describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
 import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
 import type { RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
-import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, RETRYABLE_STATUS } from "./_constants.ts";
+import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
+import { downstreamHeaders, upstreamHeaders, type ClientInfo } from "./headers.ts";
+import { createReachability, type Reachability } from "./reachability.ts";
+import { parseBody, readBody } from "./request-body.ts";
 import { ResponseTap, type TapResult } from "./tap.ts";
+import { UsageStripper, withUsageRequested } from "./usage.ts";
+
+export type Outcome = "ok" | "upstream_error" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
 
 /** What happened to one request, for the log line and the metrics. */
 export interface RequestRecord {
@@ -24,7 +33,7 @@ export interface RequestRecord {
   route?: string;
   status: number;
   stream: boolean;
-  outcome: "ok" | "client_cancelled" | "upstream_error" | "rejected" | "no_replica";
+  outcome: Outcome;
   promptTokens?: number;
   cachedTokens?: number;
   completionTokens?: number;
@@ -36,6 +45,8 @@ export interface RequestRecord {
   ttftMs?: number;
   totalMs: number;
   failovers: number;
+  /** Why it did not end well (timeouts, upstream failures, rejections), for the log. */
+  error?: string;
 }
 
 export interface ProxyDeps {
@@ -47,24 +58,70 @@ export interface ProxyDeps {
   log: Log;
   fetch?: FetchLike;
   now?: () => number;
+  /** TCP reachability checks behind routing.connect_timeout (default: a real connect). */
+  reachability?: Reachability;
+  /** How long a request body may take to arrive (default BODY_TIMEOUT_MS). */
+  bodyTimeoutMs?: number;
   /** Called once per finished request (metrics). */
   onRecord?: (record: RequestRecord) => void;
 }
 
 export interface Proxy {
   /** Handle a /v1/* request. */
-  forward(req: Request, url: URL): Promise<Response>;
+  forward(req: Request, url: URL, client?: ClientInfo): Promise<Response>;
+  /** Answer a request the router refuses before routing (401, 404 …): logged and counted like any other. */
+  reject(url: URL, status: number, message: string): Response;
+  /** Requests in flight (waiting for a replica or streaming). */
+  readonly active: number;
+  /**
+   * End every request in flight now (server.drain_timeout): one still waiting for its first
+   * byte gets 503, a stream ends with the API's error event; each is logged as drain_timeout.
+   */
+  cutAll(): void;
 }
+
+/** GET/DELETE /v1/responses/{id}, …/input_items, POST …/cancel: the response lives on one replica. */
+const RESPONSE_PATH = /^\/v1\/responses\/([^/]+)(?:\/(?:input_items|cancel))?$/;
 
 type Attempt =
   | { kind: "response"; response: Response }
-  | { kind: "failed"; reason: string }
-  | { kind: "client-gone" };
+  | { kind: "failed"; failure: Failure }
+  | { kind: "client-gone" }
+  | { kind: "cut" };
+
+/** One request in flight: cut short by the drain timeout through `abort` while an attempt runs. */
+interface Flight {
+  cut: boolean;
+  /** Its response is streaming: it stays in flight until the stream ends. */
+  streaming: boolean;
+  abort?: () => void;
+}
+
+/** Why an attempt was aborted by the router (the fetch error itself says less). */
+type Stop = { kind: "failure"; failure: Failure } | { kind: "client" } | { kind: "drain" };
+
+interface RequestContext {
+  req: Request;
+  url: URL;
+  client: ClientInfo;
+  /** The bytes sent upstream: the client's, or with stream_options.include_usage added. */
+  bytes: Uint8Array;
+  /** Usage was added by the router: take it out of what the client receives. */
+  stripUsage: boolean;
+  shape: RequestShape;
+  started: number;
+  failovers: number;
+  routing: Config["routing"];
+}
 
 export function createProxy(deps: ProxyDeps): Proxy {
   const { router, hasher, log } = deps;
   const upstreamFetch = deps.fetch ?? fetch;
   const now = deps.now ?? (() => performance.now());
+  const reachability = deps.reachability ?? createReachability({ freshMs: PROBE_FRESH_MS });
+  const bodyTimeoutMs = deps.bodyTimeoutMs ?? BODY_TIMEOUT_MS;
+  /** Every request in flight, until its response is complete. */
+  const flights = new Set<Flight>();
 
   const record = (r: RequestRecord) => {
     deps.onRecord?.(r);
@@ -75,6 +132,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       route: r.route,
       status: r.status,
       outcome: r.outcome === "ok" ? undefined : r.outcome,
+      error: r.error,
       prompt_tokens: r.promptTokens,
       cached_tokens: r.cachedTokens,
       ttft_ms: r.ttftMs === undefined ? undefined : Math.round(r.ttftMs),
@@ -82,127 +140,219 @@ export function createProxy(deps: ProxyDeps): Proxy {
     });
   };
 
-  async function forward(req: Request, url: URL): Promise<Response> {
+  function reject(url: URL, status: number, message: string, started = now(), param?: string): Response {
+    const endpoint = endpointOf(url.pathname);
+    record({ endpoint, status, stream: false, outcome: "rejected", totalMs: now() - started, failovers: 0, error: message });
+    return errorResponse(endpoint, status, message, { param });
+  }
+
+  async function forward(req: Request, url: URL, client: ClientInfo = {}): Promise<Response> {
+    const flight: Flight = { cut: false, streaming: false };
+    flights.add(flight);
+    try {
+      return await route(req, url, client, flight);
+    } finally {
+      // A streaming response stays in flight until its last byte (or its cut).
+      if (!flight.streaming) flights.delete(flight);
+    }
+  }
+
+  async function route(req: Request, url: URL, client: ClientInfo, flight: Flight): Promise<Response> {
     const started = now();
     const endpoint = endpointOf(url.pathname);
-    const reject = (status: number, message: string, param?: string) => {
-      record({ endpoint, status, stream: false, outcome: "rejected", totalMs: now() - started, failovers: 0 });
-      return errorResponse(endpoint, status, message, { param });
-    };
-
-    if (endpoint !== "other" && req.method !== "POST") return reject(405, `${url.pathname} takes POST`);
+    if (endpoint !== "other" && req.method !== "POST") return reject(url, 405, `${url.pathname} takes POST`, started);
 
     const config = deps.config();
     const fleet = deps.fleet;
-    const bytes = await readBody(req, config.server.max_body_bytes);
-    if (bytes === "too-large") {
-      return reject(413, `request body is larger than server.max_body (${config.server.max_body_bytes} bytes)`);
+    const read = await readBody(req, config.server.max_body_bytes, bodyTimeoutMs);
+    if (!read.ok && read.status === 499) {
+      record({ endpoint, status: 499, stream: false, outcome: "client_cancelled", totalMs: now() - started, failovers: 0, error: read.message });
+      return new Response(null, { status: 499 });
     }
+    if (!read.ok) return reject(url, read.status, read.message, started);
+    const bytes = read.bytes;
 
     // Routed endpoints must carry a JSON object. Others (/tokenize, …) pass through as
     // they are; if they happen to be JSON, their `model` still picks the pool.
-    let body: unknown;
-    if (endpoint !== "other" || (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json"))) {
-      try {
-        body = JSON.parse(new TextDecoder().decode(bytes));
-      } catch (error) {
-        if (endpoint !== "other") return reject(400, `request body is not valid JSON: ${(error as Error).message}`);
-      }
-      if (endpoint !== "other" && (!body || typeof body !== "object" || Array.isArray(body))) {
-        return reject(400, "request body must be a JSON object");
-      }
+    let body: Record<string, unknown> | undefined;
+    if (endpoint !== "other") {
+      const checked = parseBody(endpoint, bytes);
+      if (!checked.ok) return reject(url, 400, checked.message, started, checked.param);
+      body = checked.body;
+    } else if (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json")) {
+      const checked = parseBody(endpoint, bytes);
+      if (checked.ok) body = checked.body;
     }
 
-    const shape = shapeOf(endpoint, body, { tenant: req.headers.get("x-llmroute-tenant"), session: req.headers.get("x-session-id") });
+    let shape = shapeOf(endpoint, body, { tenant: req.headers.get("x-llmroute-tenant"), session: req.headers.get("x-session-id") });
+    const responseId = RESPONSE_PATH.exec(url.pathname)?.[1];
+    if (responseId) shape = { ...shape, previousResponseId: decodeURIComponent(responseId) };
+    // The pool is this request's snapshot: a reload may replace fleet.replicas meanwhile.
     const pool = fleet.pool(shape.model);
     if (shape.model !== undefined && pool.length === 0) {
-      return reject(404, `The model \`${shape.model}\` does not exist on any replica.`, "model");
+      return reject(url, 404, `The model \`${shape.model}\` does not exist on any replica.`, started, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
+    const upstreamBody = body ? withUsageRequested(endpoint, body, bytes) : undefined;
+    const ctx: RequestContext = {
+      req,
+      url,
+      client,
+      bytes: upstreamBody ?? bytes,
+      stripUsage: upstreamBody !== undefined,
+      shape,
+      started,
+      failovers: 0,
+      routing: config.routing,
+    };
+    // A Responses API follow-up can only be served where its response is stored.
+    const owner = shape.previousResponseId ? router.responseOwner(shape.previousResponseId) : undefined;
 
     const tried = new Set<string>();
     const failures: string[] = [];
-    for (let attempt = 0; attempt < config.routing.max_attempts; attempt++) {
-      const views = pool.map((r) => {
-        const view = r.view();
-        if (tried.has(r.name)) view.healthy = false;
-        return view;
-      });
+    let allTimedOut = true;
+    let ownerDown: string | undefined;
+    for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
+      const { views, panic } = fleet.views(pool, tried, shape.model);
+      // Its replica is here but cannot take it: the state exists nowhere else. (A replica
+      // outside this pool, e.g. serving another model, is the engines' business.)
+      if (owner && views.some((v) => v.name === owner && !v.healthy)) {
+        ownerDown = owner;
+        break;
+      }
       const committedAt = Date.now();
       const decision = router.route(input, views, committedAt);
       if (!decision) break;
-      const replica = fleet.byName(decision.replica)!;
-      router.commit(input, decision, committedAt);
+      const replica = pool.find((r) => r.name === decision.replica)!;
+      // A replica a reload removed still serves this request, but is not remembered.
+      if (!replica.removed) router.commit(input, decision, committedAt);
+      fleet.dispatched(replica, panic);
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
 
-      const result = await attemptUpstream(req, url, bytes, fleet, replica, route, {
-        shape,
-        estimate: decision.estimate,
-        committedAt,
-        started,
-        failovers: attempt,
-      });
+      const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt });
       if (result.kind === "response") return result.response;
       if (result.kind === "client-gone") {
         record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
         return new Response(null, { status: 499 });
       }
+      if (result.kind === "cut") break;
+      const { failure } = result;
+      if (failure.timer) replica.timeouts[failure.timer]++;
+      allTimedOut &&= failure.kind === "timeout";
+      fleet.failed(replica, failure);
+      failures.push(`${replica.name}: ${failure.reason}`);
+      if (decision.reason === "sticky") {
+        ownerDown = replica.name;
+        break;
+      }
       replica.failovers++;
-      fleet.demote(replica, result.reason);
-      failures.push(`${replica.name}: ${result.reason}`);
-      log.warn("failover", { replica: replica.name, reason: result.reason, attempt: attempt + 1 });
+      ctx.failovers = attempt + 1;
+      log.warn("failover", { replica: replica.name, reason: failure.reason, attempt: attempt + 1 });
     }
 
-    const message =
-      failures.length > 0
-        ? `no replica could serve the request (${failures.join("; ")})`
-        : `no healthy replica${shape.model ? ` serves model \`${shape.model}\`` : ""}`;
-    record({ endpoint, model: shape.model, status: 503, stream: shape.stream, outcome: "no_replica", totalMs: now() - started, failovers: failures.length });
-    return errorResponse(endpoint, 503, message, { headers: { "retry-after": "1" } });
+    const retry = { headers: { "retry-after": String(RETRY_AFTER_S) } };
+    const finished = (status: number, outcome: Outcome, message: string) => {
+      record({ endpoint, model: shape.model, status, stream: shape.stream, outcome, totalMs: now() - started, failovers: failures.length, error: message });
+      return errorResponse(endpoint, status, message, retry);
+    };
+    if (flight.cut) return finished(503, "drain_timeout", "the router is shutting down (server.drain_timeout passed); retry");
+    if (ownerDown) {
+      const why = failures.length > 0 ? failures.at(-1)! : `${ownerDown} is down`;
+      return finished(
+        503,
+        "no_replica",
+        `response ${shape.previousResponseId} is stored on replica ${ownerDown}, which cannot take requests now (${why}); its state exists only there: retry later`,
+      );
+    }
+    if (failures.length === 0) return finished(503, "no_replica", `no healthy replica${shape.model ? ` serves model \`${shape.model}\`` : ""}`);
+    const message = `no replica could serve the request (${failures.join("; ")})`;
+    return allTimedOut ? finished(504, "timeout", message) : finished(503, "no_replica", message);
   }
 
   async function attemptUpstream(
-    req: Request,
-    url: URL,
-    bytes: Uint8Array,
+    ctx: RequestContext,
     fleet: Fleet,
     replica: Replica,
     route: string,
-    ctx: { shape: RequestShape; estimate: RouteEstimate; committedAt: number; started: number; failovers: number },
+    flight: Flight,
+    decided: { estimate: RouteEstimate; committedAt: number },
   ): Promise<Attempt> {
+    const { req, url, routing } = ctx;
     const upstream = new AbortController();
-    const onClientAbort = () => upstream.abort();
+    let stop: Stop | undefined;
+    const abort = (why: Stop) => {
+      stop ??= why;
+      upstream.abort();
+    };
+    const onClientAbort = () => abort({ kind: "client" });
     req.signal.addEventListener("abort", onClientAbort, { once: true });
-    const release = () => req.signal.removeEventListener("abort", onClientAbort);
+    flight.abort = () => abort({ kind: "drain" });
+    if (flight.cut) flight.abort();
+    let settled = false;
+    const release = () => {
+      settled = true;
+      req.signal.removeEventListener("abort", onClientAbort);
+      flight.abort = undefined;
+    };
     replica.inflight++;
     const dispatched = now();
-    const prefill = replica.prefill.begin(ctx.estimate.uncachedTokens, ctx.committedAt);
+    const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
+    const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
+      abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });
 
-    const fail = (reason: string): Attempt => {
+    // Before the first byte: the replica must be reachable by connect_timeout and answer by first_byte_timeout.
+    let headersIn = false;
+    const firstByteTimer = setTimeout(timeout("first_byte", `no first byte within ${ms(routing.first_byte_timeout_ms)} (routing.first_byte_timeout)`), routing.first_byte_timeout_ms);
+    const probeAt = Math.min(PROBE_AFTER_MS, routing.connect_timeout_ms / 2);
+    const probeTimer = setTimeout(async () => {
+      const reach = await reachability.check(replica.config.url, routing.connect_timeout_ms - probeAt);
+      if (headersIn || stop || settled) return;
+      if (reach === "timeout") timeout("connect", `no TCP connection within ${ms(routing.connect_timeout_ms)} (routing.connect_timeout)`)();
+      else if (reach === "refused") abort({ kind: "failure", failure: { kind: "refused", reason: "connection refused" } });
+    }, probeAt);
+    const clearDeadlines = () => {
+      clearTimeout(firstByteTimer);
+      clearTimeout(probeTimer);
+    };
+
+    const fail = (error?: unknown, when = ""): Attempt => {
+      clearDeadlines();
       replica.inflight--;
-      replica.prefill.end(prefill);
       release();
-      return req.signal.aborted ? { kind: "client-gone" } : { kind: "failed", reason };
+      if (stop?.kind === "client" || req.signal.aborted) {
+        fleet.released(replica);
+        return { kind: "client-gone" };
+      }
+      if (stop?.kind === "drain") {
+        fleet.released(replica);
+        return { kind: "cut" };
+      }
+      if (stop?.kind === "failure") return { kind: "failed", failure: stop.failure };
+      return { kind: "failed", failure: classify(error, when) };
     };
 
     let res: Response;
     try {
       res = await upstreamFetch(`${replica.config.url}${url.pathname}${url.search}`, {
         method: req.method,
-        headers: upstreamHeaders(req.headers, replica, ctx.shape.endpoint),
-        body: req.method === "GET" || req.method === "HEAD" ? undefined : bytes,
+        headers: upstreamHeaders(req.headers, replica.config, ctx.shape.endpoint, ctx.client),
+        body: req.method === "GET" || req.method === "HEAD" ? undefined : ctx.bytes,
         signal: upstream.signal,
         redirect: "manual",
-        // A cold prefill can keep a socket silent for minutes; the client decides when to give up.
+        // Our own deadlines apply (a cold prefill can keep a socket silent for minutes).
         timeout: false,
       });
     } catch (error) {
-      return fail(describeFetchError(error));
+      return fail(error);
     }
+    headersIn = true;
+    clearTimeout(probeTimer);
     if (RETRYABLE_STATUS.has(res.status)) {
       await res.body?.cancel().catch(() => {});
-      return fail(`HTTP ${res.status}`);
+      clearDeadlines();
+      stop ??= { kind: "failure", failure: { kind: "status", reason: `HTTP ${res.status}` } };
+      return fail();
     }
 
     // Wait for the first chunk before answering: until then a failure can still fail over.
@@ -212,34 +362,45 @@ export function createProxy(deps: ProxyDeps): Proxy {
       try {
         first = await reader.read();
       } catch (error) {
-        return fail(`${describeFetchError(error)} before the first byte`);
+        return fail(error, " before the first byte");
       }
+    }
+    clearDeadlines();
+    if (stop) {
+      reader?.cancel().catch(() => {});
+      return fail();
     }
     const ttftMs = now() - ctx.started;
     // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
     replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
+    // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
+    if (res.status < 500) fleet.succeeded(replica);
+    else fleet.released(replica);
 
-    const headers = new Headers();
-    res.headers.forEach((value, key) => {
-      if (!DROP_RESPONSE_HEADERS.has(key)) headers.append(key, value);
-    });
+    const headers = downstreamHeaders(res.headers);
     headers.set("x-llmroute-replica", replica.name);
     headers.set("x-llmroute-route", route);
 
     const tap = new ResponseTap(res.headers.get("content-type"));
     const isSse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
+    const stripper = ctx.stripUsage && isSse ? new UsageStripper() : undefined;
     let finished = false;
-    const finish = (outcome: RequestRecord["outcome"]) => {
+    const finish = (outcome: Outcome, error?: string) => {
       if (finished) return;
       finished = true;
       release();
+      flights.delete(flight);
       replica.inflight--;
       if (outcome === "ok") replica.served++;
       const usage: TapResult = tap.finish();
-      if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
-      const est = ctx.estimate;
-      if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
-      const verdict = res.status < 300 ? router.feedback(replica.name, est, usage.cachedTokens) : undefined;
+      const est = decided.estimate;
+      let verdict: Verdict | undefined;
+      // A replica a reload removed is not remembered for anything.
+      if (!replica.removed) {
+        if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
+        if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
+        if (res.status < 300) verdict = router.feedback(replica.name, est, usage.cachedTokens);
+      }
       record({
         endpoint: ctx.shape.endpoint,
         model: ctx.shape.model,
@@ -247,7 +408,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
         route,
         status: res.status,
         stream: ctx.shape.stream,
-        outcome,
+        outcome: outcome === "ok" && res.status >= 500 ? "upstream_error" : outcome,
         promptTokens: usage.promptTokens,
         cachedTokens: usage.cachedTokens,
         completionTokens: usage.completionTokens,
@@ -257,6 +418,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
         ttftMs: ctx.shape.stream ? ttftMs : undefined,
         totalMs: now() - ctx.started,
         failovers: ctx.failovers,
+        error,
       });
     };
 
@@ -265,68 +427,94 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return { kind: "response", response: new Response(null, { status: res.status, headers }) };
     }
 
+    const relay = (controller: ReadableStreamDefaultController<Uint8Array>, chunk: Uint8Array) => {
+      tap.push(chunk);
+      const out = stripper ? stripper.push(chunk) : chunk;
+      if (out.byteLength > 0) controller.enqueue(out);
+    };
     const body = new ReadableStream<Uint8Array>({
       start(controller) {
-        tap.push(first!.value!);
-        controller.enqueue(first!.value!);
+        relay(controller, first!.value!);
       },
       async pull(controller) {
+        // Only while the client reads: a client that does not read holds the upstream back, not this timer.
+        const idle = setTimeout(timeout("stream_idle", `no data for ${ms(routing.stream_idle_timeout_ms)} (routing.stream_idle_timeout)`), routing.stream_idle_timeout_ms);
         try {
           const { done, value } = await reader.read();
           if (done) {
+            const rest = stripper?.end();
+            if (rest && rest.byteLength > 0) controller.enqueue(rest);
             finish("ok");
             controller.close();
             return;
           }
-          tap.push(value);
-          controller.enqueue(value);
+          relay(controller, value);
         } catch (error) {
-          if (req.signal.aborted || finished) return;
+          if (stop?.kind === "client" || finished) return;
           // Bytes already reached the client: never retry. End the stream with an error.
-          const reason = `${describeFetchError(error)} after the response started`;
-          fleet.demote(replica, reason);
-          log.warn("upstream failed mid-response", { replica: replica.name, reason });
-          finish("upstream_error");
+          let outcome: Outcome = "upstream_error";
+          let status = 502;
+          let message: string;
+          if (stop?.kind === "drain") {
+            outcome = "drain_timeout";
+            status = 503;
+            message = "the router is shutting down: server.drain_timeout passed before this response finished";
+          } else {
+            const failure = stop?.kind === "failure" ? stop.failure : classify(error, " after the response started");
+            if (failure.timer) replica.timeouts[failure.timer]++;
+            if (failure.kind === "timeout") {
+              outcome = "timeout";
+              status = 504;
+            }
+            fleet.failed(replica, failure);
+            message = `replica ${replica.name} failed mid-stream: ${failure.reason}`;
+            log.warn("upstream failed mid-response", { replica: replica.name, reason: failure.reason });
+          }
+          upstream.abort();
+          finish(outcome, message);
           if (isSse) {
-            controller.enqueue(new TextEncoder().encode(streamErrorEvent(ctx.shape.endpoint, `replica ${replica.name} failed mid-stream: ${reason}`)));
+            controller.enqueue(new TextEncoder().encode(streamErrorEvent(ctx.shape.endpoint, message, status)));
             controller.close();
           } else controller.error(error);
+        } finally {
+          clearTimeout(idle);
         }
       },
       cancel() {
-        // The client went away: stop the engine's work so it frees the KV.
-        upstream.abort();
+        // The client went away (or the drain timeout closed its connection): stop the engine's work so it frees the KV.
+        const outcome = stop?.kind === "drain" ? "drain_timeout" : "client_cancelled";
+        abort({ kind: "client" });
         reader.cancel().catch(() => {});
-        finish("client_cancelled");
+        finish(outcome);
       },
     });
+    flight.streaming = true;
     return { kind: "response", response: new Response(body, { status: res.status, headers }) };
   }
 
-  return { forward };
+  return {
+    forward,
+    reject: (url, status, message) => reject(url, status, message),
+    get active() {
+      return flights.size;
+    },
+    cutAll() {
+      for (const flight of [...flights]) {
+        flight.cut = true;
+        flight.abort?.();
+      }
+    },
+  };
 }
 
-function upstreamHeaders(incoming: Headers, replica: Replica, endpoint: Endpoint): Headers {
-  const headers = new Headers();
-  incoming.forEach((value, key) => {
-    if (!DROP_REQUEST_HEADERS.has(key)) headers.append(key, value);
-  });
-  for (const [k, v] of Object.entries(authHeaders(replica.config))) headers.set(k, v);
-  if (endpoint === "messages" && replica.config.api_key) headers.set("x-api-key", replica.config.api_key);
-  return headers;
+/** A fetch error, as health weighs it. */
+function classify(error: unknown, when = ""): Failure {
+  const reason = describeFetchError(error);
+  if (reason === "connection refused") return { kind: "refused", reason };
+  if (reason === "timed out") return { kind: "timeout", reason: `timed out${when}` };
+  return { kind: "network", reason: `${reason}${when}` };
 }
 
-/** The body, or "too-large" as soon as it passes `limit` bytes (without reading the rest). */
-async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-large"> {
-  const declared = Number(req.headers.get("content-length") ?? NaN);
-  if (declared > limit) return "too-large";
-  if (!req.body) return new Uint8Array();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for await (const chunk of req.body) {
-    total += chunk.byteLength;
-    if (total > limit) return "too-large";
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
+function ms(value: number): string {
+  return value % 60_000 === 0 ? `${value / 60_000}m` : value % 1000 === 0 ? `${value / 1000}s` : `${value}ms`;
 }

@@ -1,7 +1,8 @@
 /**
  * A running router: builds fleet, index, policy and proxy from a Config, listens with
  * Bun.serve (the only place that does), and owns the schedules — health checks, index
- * eviction, capacity readings. Also the lifecycle: reload, drain, and the state file.
+ * eviction, capacity readings, state-file saves. Also the lifecycle: reload, drain (and
+ * cutting what the drain timeout leaves), and the state file on start and stop.
  * Used by `llmroute serve`, the bench (in-process, one per policy) and tests.
  */
 import type { Server } from "bun";
@@ -17,6 +18,7 @@ import { PrefixIndex } from "../route/prefix.ts";
 import { Router } from "../route/router.ts";
 import { createApp, type App } from "./app.ts";
 import { createProxy, type RequestRecord } from "./proxy.ts";
+import type { Reachability } from "./reachability.ts";
 
 export interface RouterServer {
   url: string;
@@ -38,12 +40,17 @@ export interface RouterServer {
 export interface StartOptions {
   log?: Log;
   fetch?: FetchLike;
+  reachability?: Reachability;
+  /** How long a request body may take to arrive (default 60 s). */
+  bodyTimeoutMs?: number;
   onRecord?: (record: RequestRecord) => void;
 }
 
 /** How often replicas that are down are re-checked, at most: a restart is noticed quickly. */
 const DOWN_RECHECK_MS = 2_000;
 const CAPACITY_EVERY_MS = 2_000;
+/** After the drain timeout cuts what is left, how long the cut responses get to reach their clients. */
+const CUT_FLUSH_MS = 1_000;
 
 export async function startRouter(initial: Config, options: StartOptions = {}): Promise<RouterServer> {
   let config = initial;
@@ -62,16 +69,21 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     fetch: options.fetch,
     healthPath: config.health.path,
     healthTimeoutMs: config.health.timeout_ms,
-    onRecovered: (replica) => router.forget(replica.name),
+    failures: config.health.failures,
+    onCacheLost: (replica) => router.forget(replica.name),
   });
   const capacity = new CapacityWatch(log);
   const startedAt = Date.now();
   const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt }));
 
   if (config.routing.state_file) {
-    const restored = await loadState(config.routing.state_file, router, (name) => fleet.byName(name) !== undefined);
-    if (restored) log.info("restored routing state", { file: config.routing.state_file, ...restored });
+    // The index is a hint: an unreadable or corrupt file means a cold start, never a refusal to start.
+    const loaded = await loadState(config.routing.state_file, router, (name) => fleet.byName(name) !== undefined);
+    if (loaded.status === "restored") log.info("restored routing state", { file: config.routing.state_file, ...loaded.counts });
+    else if (loaded.status === "unusable") log.warn("routing state not restored; starting cold", { file: config.routing.state_file, reason: loaded.reason });
   }
+  // Every request that finished may have changed what the state file holds.
+  let changes = 0;
   await fleet.checkAll();
 
   const proxy = createProxy({
@@ -81,7 +93,10 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     hasher,
     log,
     fetch: options.fetch,
+    reachability: options.reachability,
+    bodyTimeoutMs: options.bodyTimeoutMs,
     onRecord: (record) => {
+      changes++;
       telemetry.record(record);
       options.onRecord?.(record);
     },
@@ -108,9 +123,10 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       // Bodies are bounded by server.max_body in the proxy, with an API error instead of a bare 413.
       maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
       fetch(req, srv) {
-        // A cold prefill can keep a response silent for minutes; don't let the idle timer cut it.
+        // A cold prefill can keep a response silent for minutes; don't let the idle timer cut
+        // it (routing.first_byte_timeout and stream_idle_timeout bound it instead).
         if (!req.url.endsWith("/health")) srv.timeout(req, 0);
-        return handler.fetch(req);
+        return handler.fetch(req, { ip: srv.requestIP(req)?.address });
       },
       error(error) {
         log.error("unhandled error", { error: error.message });
@@ -130,6 +146,21 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       busy.delete(name);
     }
   };
+  let savedAt = 0;
+  let saving: Promise<void> | undefined;
+  const persist = async (why: "interval" | "stop") => {
+    const file = config.routing.state_file;
+    if (!file || (why === "interval" && changes === savedAt)) return;
+    const at = changes;
+    try {
+      const saved = await saveState(file, router);
+      savedAt = at;
+      if (why === "stop") log.info("saved routing state", { file, ...saved });
+      else log.debug("saved routing state", { file, ...saved });
+    } catch (error) {
+      log.error("could not save routing state", { file, error: (error as Error).message });
+    }
+  };
   let timers: ReturnType<typeof setInterval>[] = [];
   const schedule = () => {
     for (const t of timers) clearInterval(t);
@@ -138,6 +169,10 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       setInterval(() => void guard("recheck", () => fleet.checkAll(true)), Math.min(config.health.interval_ms, DOWN_RECHECK_MS)),
       setInterval(() => router.index.evict(Date.now()), Math.min(config.routing.index_ttl_ms, 60_000)),
       setInterval(refreshCapacity, CAPACITY_EVERY_MS),
+      // A crash or an OOM kill loses at most this much of the index.
+      setInterval(() => {
+        saving ??= persist("interval").finally(() => (saving = undefined));
+      }, config.routing.state_interval_ms),
     ];
   };
   schedule();
@@ -180,7 +215,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       router.cacheAware = next.routing.cache_aware;
       router.index.configure(indexOptions(next));
       syncBudgets();
-      fleet.configure({ healthPath: next.health.path, healthTimeoutMs: next.health.timeout_ms });
+      fleet.configure({ healthPath: next.health.path, healthTimeoutMs: next.health.timeout_ms, failures: next.health.failures });
       config = next;
       schedule();
       await Promise.all(added.map((name) => fleet.check(fleet.byName(name)!)));
@@ -196,14 +231,18 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       const servers = [server, ...(admin ? [admin] : [])];
       if (drainMs > 0) {
         const drained = server.stop(false);
-        const timedOut = await Promise.race([drained.then(() => false), Bun.sleep(drainMs).then(() => true)]);
-        if (timedOut) log.warn("drain timeout: closing remaining connections", { drain_ms: drainMs });
+        const within = (ms: number) => Promise.race([drained.then(() => true), Bun.sleep(ms).then(() => false)]);
+        if (!(await within(drainMs))) {
+          // What is left ends with the API's error (503, or an error event in a stream) rather
+          // than a connection closed without a word; each is logged as drain_timeout.
+          log.warn("drain timeout: ending the requests still in flight", { drain_ms: drainMs, requests: proxy.active });
+          proxy.cutAll();
+          await within(CUT_FLUSH_MS);
+        }
       }
       await Promise.all(servers.map((s) => s.stop(true)));
-      if (config.routing.state_file) {
-        const saved = await saveState(config.routing.state_file, router);
-        log.info("saved routing state", { file: config.routing.state_file, ...saved });
-      }
+      await saving;
+      await persist("stop");
     },
   };
 }

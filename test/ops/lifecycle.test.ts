@@ -140,6 +140,12 @@ describe("access", () => {
     expect(viaHeader.status).toBe(200);
     const s = JSON.stringify(await status(router.url, "client-secret-1"));
     expect(s).not.toContain("upstream-secret-2");
+    // every refusal is logged and counted, with its outcome
+    const metrics = parsePrometheus(await (await fetch(`${router.url}/metrics`, { headers: { authorization: "Bearer client-secret-1" } })).text());
+    const byOutcome = (outcome: string, status: string) =>
+      metrics.get("llmroute_requests_total")!.filter((r) => r.labels.outcome === outcome && r.labels.status === status).reduce((n, r) => n + r.value, 0);
+    expect([byOutcome("rejected", "401"), byOutcome("ok", "200")]).toEqual([3, 1]);
+    expect(logRecords(router, "request").filter((r) => r.status === 401)).toHaveLength(3);
     expect(router.lines.join("\n")).not.toContain("upstream-secret-2");
     expect(router.lines.join("\n")).not.toContain("client-secret-1");
   });

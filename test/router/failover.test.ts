@@ -5,6 +5,7 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { readStream } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -78,10 +79,7 @@ describe("after the first byte: never retried; a client that leaves stops the en
     const router = await startRouterProc([gpu0, gpu1]);
     await gpu0.faults({ close_after_chunks: 2 });
     const stream = await router.client().chat.completions.create({ ...ask("break me"), max_tokens: 20, stream: true });
-    const received: string[] = [];
-    const error = await (async () => {
-      for await (const chunk of stream) received.push(chunk.choices[0]?.delta?.content ?? "");
-    })().catch((e) => e);
+    const { received, error } = await readStream(stream);
     expect(received.length).toBeGreaterThanOrEqual(1);
     expect(received.length).toBeLessThan(20);
     expect(error).toBeInstanceOf(Error);

@@ -1,0 +1,97 @@
+/**
+ * The client's body: read once, bounded in size and time, then checked as far as the
+ * router reads it. A check that fails is a 4xx in the API's error JSON, never a crash:
+ * the router must stay up whatever a client sends. Fields the router does not interpret
+ * are the engine's to judge, and its answer is passed through.
+ */
+import type { Endpoint } from "../route/shape.ts";
+import { nestingDepth } from "./_json.ts";
+
+/** Deeper JSON than this is refused before parsing (canonicalising it would recurse as deep). */
+export const MAX_JSON_DEPTH = 128;
+
+/** 499 (nginx's "client closed request"): the client went away before its body was complete. */
+export type BodyRead = { ok: true; bytes: Uint8Array } | { ok: false; status: 408 | 413 | 499; message: string };
+
+/**
+ * The whole body, or why not: over `limit` bytes (413, as soon as the declared length or
+ * the bytes read pass it), or not complete within `timeoutMs` (408: a client trickling its
+ * body — slow loris — holds a connection and a buffer, so the whole body has a deadline).
+ */
+export async function readBody(req: Request, limit: number, timeoutMs: number): Promise<BodyRead> {
+  const declared = Number(req.headers.get("content-length") ?? NaN);
+  const tooLarge = { ok: false, status: 413, message: `request body is larger than server.max_body (${limit} bytes)` } as const;
+  if (declared > limit) return tooLarge;
+  if (!req.body) return { ok: true, bytes: new Uint8Array() };
+  const reader = req.body.getReader();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs)));
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      let next: Awaited<ReturnType<typeof reader.read>> | "timeout";
+      try {
+        next = await Promise.race([reader.read(), timedOut]);
+      } catch {
+        return { ok: false, status: 499, message: "the client closed the connection before sending its whole body" };
+      }
+      if (next === "timeout") {
+        reader.cancel().catch(() => {});
+        return { ok: false, status: 408, message: `the request body did not arrive within ${Math.round(timeoutMs / 1000)} s` };
+      }
+      if (next.done) break;
+      total += next.value.byteLength;
+      if (total > limit) {
+        reader.cancel().catch(() => {});
+        return tooLarge;
+      }
+      chunks.push(next.value);
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  return { ok: true, bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) };
+}
+
+export type BodyCheck = { ok: true; body: Record<string, unknown> } | { ok: false; message: string; param?: string };
+
+/** Fields the router reads, and the JSON type each must have when present. */
+const FIELD_TYPES: Record<string, "string" | "boolean" | "array" | "object"> = {
+  model: "string",
+  stream: "boolean",
+  previous_response_id: "string",
+  prompt_cache_key: "string",
+  cache_salt: "string",
+  stream_options: "object",
+};
+
+/** A routed endpoint's body: UTF-8 JSON, an object, not absurdly deep, the router's fields well typed. */
+export function parseBody(endpoint: Endpoint, bytes: Uint8Array): BodyCheck {
+  if (bytes.byteLength === 0) return { ok: false, message: "request body is empty; expected a JSON object" };
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return { ok: false, message: "request body is not valid UTF-8" };
+  }
+  if (nestingDepth(bytes, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+    return { ok: false, message: `request body nests JSON deeper than ${MAX_JSON_DEPTH} levels` };
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    return { ok: false, message: `request body is not valid JSON: ${(error as Error).message}` };
+  }
+  if (!body || typeof body !== "object" || Array.isArray(body)) return { ok: false, message: "request body must be a JSON object" };
+  const b = body as Record<string, unknown>;
+  const types = { ...FIELD_TYPES, ...(endpoint === "chat" || endpoint === "messages" ? { messages: "array" as const } : {}) };
+  for (const [field, want] of Object.entries(types)) {
+    const value = b[field];
+    if (value === undefined || (value === null && field === "stream_options")) continue;
+    const got = Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+    if (got !== want) return { ok: false, message: `\`${field}\` must be ${want === "array" || want === "object" ? "an" : "a"} ${want}, not ${got}`, param: field };
+  }
+  return { ok: true, body: b };
+}

@@ -1,0 +1,117 @@
+/**
+ * The health state machine the proxy drives, as plain calls: which events demote, which
+ * bring a replica back, what a half-open replica and a panicking pool look like to the
+ * policy. (The same rules with real processes: test/router/health.test.ts.)
+ */
+import { describe, expect, it } from "bun:test";
+import type { ReplicaConfig } from "../../src/config.ts";
+import { Fleet, type Failure } from "../../src/fleet/fleet.ts";
+import { memoryLog } from "../../src/log.ts";
+
+const config = (name: string): ReplicaConfig => ({ name, url: `http://127.0.0.1:1/${name}`, kv_tokens: 0, models: ["m"] });
+
+/** A fleet whose replicas are all up, as after a first passing check. */
+function fleetOf(...names: string[]) {
+  const log = memoryLog();
+  const fleet = new Fleet(names.map(config), { log, healthPath: "/health", healthTimeoutMs: 100, failures: 3 });
+  for (const r of fleet.replicas) {
+    r.state = "up";
+    r.checked = true;
+  }
+  return { fleet, log, a: fleet.replicas[0]!, b: fleet.replicas[1] };
+}
+
+const refused: Failure = { kind: "refused", reason: "connection refused" };
+const busy: Failure = { kind: "status", reason: "HTTP 503" };
+const slow: Failure = { kind: "timeout", reason: "no first byte within 10m", timer: "first_byte" };
+const reset: Failure = { kind: "network", reason: "connection reset" };
+
+describe("passive failures", () => {
+  it.each([
+    ["a refused connection demotes at once", [refused], "down"],
+    ["one 503 is a blip", [busy], "up"],
+    ["two timeouts are not enough", [slow, slow], "up"],
+    ["three failures of any kind in a row demote", [busy, reset, slow], "down"],
+  ] as const)("%s", (_name, failures, state) => {
+    const { fleet, a } = fleetOf("a");
+    for (const f of failures) fleet.failed(a, f);
+    expect(a.state).toBe(state);
+  });
+
+  it("an answer in between resets the count", () => {
+    const { fleet, a } = fleetOf("a");
+    fleet.failed(a, busy);
+    fleet.failed(a, busy);
+    fleet.succeeded(a);
+    fleet.failed(a, busy);
+    fleet.failed(a, busy);
+    expect([a.state, a.consecutiveFailures]).toEqual(["up", 2]);
+  });
+});
+
+describe("half-open: one trial request", () => {
+  function halfOpen() {
+    const f = fleetOf("a", "b");
+    f.a.state = "half-open";
+    return f;
+  }
+  const healthyNames = (fleet: Fleet) => fleet.views(fleet.replicas, new Set()).views.filter((v) => v.healthy).map((v) => v.name);
+
+  it("is routable until its trial is dispatched, then not until the trial ends", () => {
+    const { fleet, a } = halfOpen();
+    expect(healthyNames(fleet)).toEqual(["a", "b"]);
+    fleet.dispatched(a, false);
+    expect(healthyNames(fleet)).toEqual(["b"]);
+  });
+
+  it.each([
+    ["its success brings it back up", (f: Fleet, r: Fleet["replicas"][number]) => f.succeeded(r), "up", ["a", "b"]],
+    ["its failure, even a blip, sends it down at once", (f: Fleet, r: Fleet["replicas"][number]) => f.failed(r, busy), "down", ["b"]],
+    ["no verdict (the client left, or a 500): another trial may go", (f: Fleet, r: Fleet["replicas"][number]) => f.released(r), "half-open", ["a", "b"]],
+  ] as const)("%s", (_name, outcome, state, healthy) => {
+    const { fleet, a } = halfOpen();
+    fleet.dispatched(a, false);
+    outcome(fleet, a);
+    expect(a.state).toBe(state);
+    expect(healthyNames(fleet)).toEqual([...healthy]);
+  });
+});
+
+describe("panic mode", () => {
+  it("with every replica of the pool down, all of them are offered (except those this request tried), logged once and counted", () => {
+    const { fleet, log, a, b } = fleetOf("a", "b");
+    fleet.failed(a, refused);
+    fleet.failed(b!, refused);
+    const first = fleet.views(fleet.replicas, new Set(), "m");
+    expect(first.panic).toBe(true);
+    expect(first.views.map((v) => v.healthy)).toEqual([true, true]);
+    expect(fleet.views(fleet.replicas, new Set(["a"]), "m").views.map((v) => v.healthy)).toEqual([false, true]);
+    fleet.dispatched(a, true);
+    expect(fleet.panicRoutes).toBe(1);
+    expect(log.records.filter((r) => r.msg.startsWith("panic mode:"))).toHaveLength(1);
+
+    b!.state = "up";
+    expect(fleet.views(fleet.replicas, new Set(), "m").panic).toBe(false);
+    expect(log.records.filter((r) => r.msg.startsWith("panic mode over"))).toHaveLength(1);
+  });
+
+  it("one model's panic is not another's", () => {
+    const { fleet, log, a } = fleetOf("a", "b");
+    fleet.failed(a, refused);
+    const [pa, pb] = [[fleet.replicas[0]!], [fleet.replicas[1]!]];
+    for (let i = 0; i < 3; i++) {
+      expect(fleet.views(pa, new Set(), "model-a").panic).toBe(true);
+      expect(fleet.views(pb, new Set(), "model-b").panic).toBe(false);
+    }
+    expect(log.records.filter((r) => r.msg.startsWith("panic mode")).map((r) => r.msg)).toEqual(["panic mode: every replica is down; routing to all of them"]);
+  });
+});
+
+describe("a reload", () => {
+  it("marks replicas it removed or replaced, so requests that still hold them remember nothing for them", () => {
+    const { fleet, a, b } = fleetOf("a", "b");
+    fleet.reconcile([config("b"), { ...config("a"), url: "http://127.0.0.1:2/a" }]);
+    expect([a.removed, b!.removed]).toEqual([true, false]);
+    expect(fleet.byName("a")).not.toBe(a);
+  });
+});

@@ -1,0 +1,202 @@
+/**
+ * Health that tells a blip from a death, with real sim processes: a failed request counts,
+ * only a refused connection, a failed active check or `health.failures` in a row demote;
+ * a demoted replica comes back through one trial request (half-open); an all-down pool is
+ * routed to anyway (panic mode); prefixes are forgotten only on evidence that the cache
+ * is gone.
+ */
+import { afterAll, describe, expect, it } from "bun:test";
+import type OpenAI from "openai";
+import { parsePrometheus } from "../../src/engines/metrics.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
+import { logRecords, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { conversation } from "../helpers/conversation.ts";
+import { killAll } from "../helpers/proc.ts";
+
+// Each test starts its own processes and they run concurrently (mostly waiting on
+// deadlines and health checks), so processes are killed once, at the end.
+afterAll(killAll);
+
+const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+const replicaStatus = async (router: RouterProc, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
+const metric = async (router: RouterProc, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
+
+
+const oneShot = (client: OpenAI, i: number) =>
+  client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `one-shot ${i} ${crypto.randomUUID()}` }], max_tokens: 1 }).withResponse();
+
+describe.concurrent("a blip is not a death", () => {
+  it("one 503 fails the request over but leaves the replica up, and its ten pinned conversations stay where their cache is", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    const client = router.client();
+    const conversations = Array.from({ length: 10 }, (_, i) => conversation(`c${i}`));
+    const home = new Map<number, string>();
+    for (const [i, c] of conversations.entries()) home.set(i, (await c.turn(client)).replica);
+    const onGpu0 = [...home].filter(([, r]) => r === "gpu0").map(([i]) => i);
+    expect(onGpu0).toHaveLength(5);
+    const before = await replicaStatus(router, "gpu0");
+
+    await gpu0.faults({ fail_next: 1, fail_status: 503 });
+    // an unrelated one-shot meets the 503 (the counter's next pick is gpu0) and fails over
+    const blip = await oneShot(client, 0);
+    expect([blip.response.status, blip.response.headers.get("x-llmroute-route")]).toEqual([200, "spread,failover"]);
+    const after = await replicaStatus(router, "gpu0");
+    expect(after).toMatchObject({ state: "up", consecutive_failures: 1 });
+    expect(after.conversations).toBeGreaterThanOrEqual(before.conversations);
+
+    for (const [i, c] of conversations.entries()) {
+      const t = await c.turn(client);
+      expect([t.replica, t.route]).toEqual([home.get(i)!, "pin"]);
+      expect(t.cached).toBeGreaterThan(0);
+    }
+    expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", consecutive_failures: 0 });
+    expect(logRecords(router, "replica down")).toHaveLength(0);
+    expect(logRecords(router, "replica cache lost: forgetting its prefixes")).toHaveLength(0);
+  });
+
+  it("one 503 on each replica: that request gets 503, the next ones are served at once", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    await Promise.all([gpu0.faults({ fail_next: 1 }), gpu1.faults({ fail_next: 1 })]);
+    const client = router.client();
+    expect(await oneShot(client, 0).catch((e) => e.status)).toBe(503);
+    for (let i = 1; i <= 4; i++) expect((await oneShot(client, i)).response.status).toBe(200);
+    expect((await status(router)).healthy).toBe(2);
+  });
+
+  it("health.failures 502/503/504 in a row demote; the client never sees them", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "60s"\nfailures = 3\n` });
+    await gpu0.faults({ fail_next: 3, fail_status: 502 });
+    const client = router.client();
+    const faulted = async () => (await gpu0.state()).faulted_total as number;
+    for (let i = 0; (await faulted()) < 3; i++) {
+      expect((await oneShot(client, i)).response.status).toBe(200);
+      const failedThere = await faulted();
+      expect((await replicaStatus(router, "gpu0")).state).toBe(failedThere < 3 ? "up" : "down");
+    }
+    const down = logRecords(router, "replica down");
+    expect(down).toHaveLength(1);
+    expect(down[0]!.reason).toBe("3 failures in a row, the last: HTTP 502");
+  });
+});
+
+describe.concurrent("panic mode", () => {
+  it("every replica down (a health path that 404s): requests go to all of them, counted; the startup log says why each is down", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([
+      { ...gpu0, extra: `health_path = "/nope"\n` },
+      { ...gpu1, extra: `health_path = "/nope"\n` },
+    ]);
+    const startup = logRecords(router, "replica down");
+    expect(startup.map((r) => [r.level, r.replica, r.reason]).sort()).toEqual([
+      ["warn", "gpu0", "health check: HTTP 404"],
+      ["warn", "gpu1", "health check: HTTP 404"],
+    ]);
+    const client = router.client();
+    const served = new Set<string>();
+    for (let i = 0; i < 4; i++) {
+      const { response } = await oneShot(client, i);
+      expect(response.status).toBe(200);
+      served.add(response.headers.get("x-llmroute-replica")!);
+    }
+    expect(served).toEqual(new Set(["gpu0", "gpu1"]));
+    expect((await metric(router, "llmroute_panic_routes_total"))[0]!.value).toBe(4);
+    expect((await status(router)).panic).toBe(true);
+    expect(logRecords(router).filter((r) => String(r.msg).startsWith("panic mode:"))).toHaveLength(1);
+  });
+});
+
+describe.concurrent("half-open recovery", () => {
+  const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`;
+
+  async function demotedByCheck(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
+    // /health (and the API) answer 503 "Loading model" for a moment: the active check demotes at once
+    await sim.faults({ startup_delay_ms: 400 });
+    await until(async () => (await replicaStatus(router, sim.name)).state === "down", `${sim.name} down`);
+    await until(async () => (await replicaStatus(router, sim.name)).state === "half-open", `${sim.name} half-open`);
+  }
+
+  it("a replica whose check passes again gets one trial request; while it runs, others go elsewhere; its success brings the replica back", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const client = router.client();
+    const pinned = conversation("pinned");
+    expect((await pinned.turn(client)).replica).toBe("gpu0");
+    await demotedByCheck(router, gpu0);
+
+    // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten), slowly
+    await gpu0.faults({ stall_ms: 600, stall_next: 1 });
+    const trial = pinned.turn(client);
+    await until(async () => (await replicaStatus(router, "gpu0")).inflight === 1, "the trial in flight");
+    const others = await Promise.all([1, 2, 3].map((i) => oneShot(client, i)));
+    expect(others.map((o) => o.response.headers.get("x-llmroute-replica"))).toEqual(["gpu1", "gpu1", "gpu1"]);
+    expect(await trial).toMatchObject({ replica: "gpu0", route: "pin" });
+    expect((await trial).cached).toBeGreaterThan(0);
+    expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", conversations: 1 });
+    expect(logRecords(router, "replica up again: trial request succeeded")).toHaveLength(1);
+  });
+
+  it("a failed trial sends the replica back down at once; the request itself fails over", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const client = router.client();
+    const pinned = conversation("pinned");
+    await pinned.turn(client);
+    await demotedByCheck(router, gpu0);
+    await gpu0.faults({ fail_next: 1 });
+    expect(await pinned.turn(client)).toMatchObject({ replica: "gpu1", route: "spread,failover" });
+    const down = logRecords(router, "replica down");
+    expect(down.at(-1)).toMatchObject({ replica: "gpu0", reason: "trial request failed: HTTP 503" });
+  });
+});
+
+describe.concurrent("a replica's prefixes are forgotten only on evidence its cache is gone", () => {
+  it("its engine's counters went back (a restart between two checks): forgotten, and its conversations start afresh", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc(
+      [
+        { ...gpu0, extra: "metrics = true\n" },
+        { ...gpu1, extra: "metrics = true\n" },
+      ],
+      { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` },
+    );
+    const client = router.client();
+    const c = conversation("restart");
+    expect((await c.turn(client)).replica).toBe("gpu0");
+    const served = new Date().toISOString();
+    await until(async () => String((await replicaStatus(router, "gpu0")).engine?.at) > served, "a scrape after the request");
+    // the engine loses its cache and its counters, as a restarted process does
+    await fetch(`${gpu0.url}/sim/reset`, { method: "POST" });
+    const lost = await until(() => logRecords(router, "replica cache lost: forgetting its prefixes")[0], "the restart noticed");
+    expect(lost.reason).toMatch(/^engine restarted: vllm:prompt_tokens_total went back from \d+ to 0$/);
+    expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", conversations: 0, cache_losses: 1 });
+    expect((await c.turn(client)).route).toBe("spread");
+  });
+
+  it("a process start time that changed counts too (vLLM and SGLang export process_start_time_seconds)", async () => {
+    let start = 1_700_000_000;
+    let prompt = 10;
+    const engine = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (req) =>
+        new URL(req.url).pathname === "/metrics"
+          ? new Response(`process_start_time_seconds ${start}\nvllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\nvllm:prompt_tokens_total ${(prompt += 10)}\n`)
+          : Response.json({ status: "ok" }),
+    });
+    try {
+      const router = await startRouterProc([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
+        toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`,
+      });
+      await until(async () => (await replicaStatus(router, "vllm0")).engine?.at !== undefined, "a scrape");
+      expect(logRecords(router, "replica cache lost: forgetting its prefixes")).toHaveLength(0);
+      start += 60;
+      const lost = await until(() => logRecords(router, "replica cache lost: forgetting its prefixes")[0], "the restart noticed");
+      expect(lost.reason).toBe(`engine restarted: process_start_time_seconds ${start - 60} → ${start}`);
+    } finally {
+      engine.stop(true);
+    }
+  });
+});

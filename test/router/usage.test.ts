@@ -1,0 +1,88 @@
+/**
+ * Usage on every response, seen from both ends: the router learns prompt and cached tokens
+ * of streams that did not ask for usage, and the official client sees exactly what it
+ * would see talking to the engine directly.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "bun:test";
+import OpenAI from "openai";
+import { parsePrometheus } from "../../src/engines/metrics.ts";
+import { logRecords, startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { killAll } from "../helpers/proc.ts";
+
+let sim: SimProc;
+let router: RouterProc;
+
+beforeAll(async () => {
+  sim = await startSimProc("gpu0");
+  router = await startRouterProc([sim]);
+});
+afterAll(killAll);
+
+const SALT = `usage ${crypto.randomUUID()}`;
+/** Ids and timestamps differ per request; everything else must not. */
+const normalise = (text: string) => text.replace(/"(chatcmpl|cmpl)-[0-9a-f]+"/g, '"ID"').replace(/"created":\d+/g, '"created":0');
+
+async function collect(client: OpenAI, body: OpenAI.ChatCompletionCreateParamsStreaming) {
+  const chunks: OpenAI.ChatCompletionChunk[] = [];
+  for await (const chunk of await client.chat.completions.create(body)) chunks.push(chunk);
+  return chunks;
+}
+
+describe("a stream that did not ask for usage", () => {
+  it("looks the same to the official client as the engine's own stream, and the router still learns its usage", async () => {
+    const direct = new OpenAI({ baseURL: `${sim.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [
+      { role: "system", content: `${SALT} ${"a shared instruction block ".repeat(40)}` },
+      { role: "user", content: "first" },
+    ];
+    const body = { model: "sim-model", stream: true as const, max_tokens: 5, messages };
+    const viaRouter = await collect(router.client(), body);
+    const fromEngine = await collect(direct, body);
+    expect(viaRouter.length).toBe(7); // role, 5 tokens, finish
+    expect(viaRouter.some((c) => "usage" in c)).toBe(false);
+    expect(normalise(JSON.stringify(viaRouter))).toBe(normalise(JSON.stringify(fromEngine)));
+
+    const line = await until(() => logRecords(router, "request").at(-1), "the request's log line");
+    expect(line.prompt_tokens).toBeGreaterThan(100);
+    // the engine reported cached tokens although the client never asked for usage
+    expect(line.cached_tokens).toBe(0);
+    await collect(router.client(), body);
+    const second = await until(() => logRecords(router, "request").at(1), "the second log line");
+    expect(second.cached_tokens).toBeGreaterThan(100);
+  });
+
+  it.each([
+    ["/v1/chat/completions", { messages: [{ role: "user", content: `${SALT} bytes` }] }],
+    ["/v1/completions", { prompt: `${SALT} bytes` }],
+  ])("%s: the bytes on the wire are the engine's, but for ids and timestamps", async (path, extra) => {
+    const body = JSON.stringify({ model: "sim-model", stream: true, max_tokens: 4, ...extra });
+    const post = (base: string) => fetch(`${base}${path}`, { method: "POST", body, headers: { "content-type": "application/json" } }).then((r) => r.text());
+    const viaRouter = await post(router.url);
+    expect(viaRouter).toEndWith("data: [DONE]\n\n");
+    expect(viaRouter).not.toContain("usage");
+    expect(normalise(viaRouter)).toBe(normalise(await post(sim.url)));
+  });
+
+  it("the router's token counters include streams that did not ask", async () => {
+    const metrics = parsePrometheus(await (await fetch(`${router.url}/metrics`)).text());
+    const prompt = metrics.get("llmroute_prompt_tokens_total")!.reduce((n, s) => n + s.value, 0);
+    const requests = metrics.get("llmroute_requests_total")!.reduce((n, s) => n + s.value, 0);
+    expect(requests).toBe(4);
+    expect(prompt).toBeGreaterThan(200);
+  });
+});
+
+describe("a stream that asked for usage", () => {
+  it("gets its usage chunk, as from the engine", async () => {
+    const chunks = await collect(router.client(), {
+      model: "sim-model",
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: 3,
+      messages: [{ role: "user", content: `${SALT} asked` }],
+    });
+    expect(chunks.at(-1)!.choices).toEqual([]);
+    expect(chunks.at(-1)!.usage).toMatchObject({ completion_tokens: 3, prompt_tokens_details: { cached_tokens: 0 } });
+    expect(chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true);
+  });
+});
