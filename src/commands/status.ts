@@ -79,7 +79,7 @@ export function formatStatus(s: StatusDocument, now: number): string {
   const staleAfterMs = 2 * (s.health_interval_s ?? 10) * 1000 + 1000;
   const rows = s.replicas.map((r) => [
     r.name,
-    r.healthy ? "up" : "DOWN",
+    r.state === "up" ? "up" : r.state === "half-open" ? "half-open" : "DOWN",
     r.inflight,
     int(r.served),
     r.failovers,

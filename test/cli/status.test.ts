@@ -81,6 +81,24 @@ describe("formatStatus: the engine column", () => {
   });
 });
 
+describe("formatStatus: health and the hit rate explained", () => {
+  it.each([
+    ["up", true, "up"],
+    ["half-open", false, "half-open"],
+    ["down", false, "DOWN"],
+  ] as const)("a replica %s shows %s", (state, healthy, shown) => {
+    const line = formatStatus(doc([replica("gpu0", { state, healthy })]), NOW).split("\n").find((l) => l.startsWith("gpu0 "))!;
+    expect(line.split(/\s+/)[1]).toBe(shown);
+  });
+
+  it("available / captured / delivered as shares of the prompt tokens routed there", () => {
+    const text = formatStatus(doc([replica("gpu0"), replica("gpu1", { prompt_tokens: 0 })]), NOW);
+    expect(text).toContain("HIT avail/capt/deliv");
+    expect(text.split("\n").find((l) => l.startsWith("gpu0 "))).toContain(" 80%/60%/50% ");
+    expect(text.split("\n").find((l) => l.startsWith("gpu1 "))).toMatch(/\s-\s/);
+  });
+});
+
 describe("formatStatus: KV per model", () => {
   it("sums each model's own replicas, not the fleet's", () => {
     const text = formatStatus(
