@@ -79,6 +79,8 @@ export interface Config {
     name: string;
     /** A starting instance waits at most this long to catch up from Redis before serving. */
     catch_up_timeout_ms: number;
+    /** Key prefix in Redis: instances with the same namespace share state (default "llmroute"). */
+    namespace: string;
   };
   replicas: ReplicaConfig[];
 }
@@ -111,7 +113,7 @@ const DEFAULTS = {
   },
   cache_aware: DEFAULT_CACHE_AWARE,
   health: { interval: "10s", path: "/health", timeout: "3s", failures: 3 },
-  cluster: { catch_up_timeout: "5s" },
+  cluster: { catch_up_timeout: "5s", namespace: "llmroute" },
 };
 
 const KNOWN: Record<string, readonly string[]> = {
@@ -134,7 +136,7 @@ const KNOWN: Record<string, readonly string[]> = {
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
   health: ["interval", "path", "timeout", "failures"],
-  cluster: ["redis", "name", "catch_up_timeout"],
+  cluster: ["redis", "name", "catch_up_timeout", "namespace"],
   replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics", "health_path"],
 };
 
@@ -250,6 +252,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
             redis: field(ctx, cluster, "cluster.redis", undefined, redisUrl(ctx.env)),
             name: field(ctx, cluster, "cluster.name", defaultInstanceName(root), instanceName),
             catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, duration),
+            namespace: field(ctx, cluster, "cluster.namespace", DEFAULTS.cluster.namespace, namespaceName),
           },
         }),
     replicas: replicas(ctx, root.replica),
@@ -454,6 +457,11 @@ const instanceName: Check<string> = (v) =>
     ? ok(v)
     : bad("must be 1–128 characters of letters, digits, '.', '_', ':' or '-'");
 
+const namespaceName: Check<string> = (v) =>
+  typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/.test(v)
+    ? ok(v)
+    : bad("must be 1–64 characters of letters, digits, '.', '_', ':' or '-' (a Redis key prefix)");
+
 /** hostname:port of server.listen, so two instances on one host differ. */
 function defaultInstanceName(root: Record<string, unknown>): string {
   const listen = listenAddress(asTable(root.server).listen ?? DEFAULTS.server.listen);
@@ -588,7 +596,7 @@ export function describeConfig(config: Config): string {
     `timeout = "${ms(config.health.timeout_ms)}"`,
     `failures = ${config.health.failures}`,
     ...(config.cluster
-      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`]
+      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`, `namespace = "${config.cluster.namespace}"`]
       : []),
   ];
   for (const r of config.replicas) {

@@ -10,7 +10,7 @@ import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
-import type { RouteEstimate, Router, Verdict } from "../route/router.ts";
+import type { FleetView, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
 import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, RETRYABLE_STATUS } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
@@ -49,6 +49,15 @@ export interface ProxyDeps {
   now?: () => number;
   /** Called once per finished request (metrics). */
   onRecord?: (record: RequestRecord) => void;
+  /** State shared with other router instances (src/cluster); absent = this instance alone. */
+  cluster?: {
+    /** The replica's view with the other instances' in-flight requests and queued prefill added. */
+    view(replica: Replica): FleetView;
+    /** This instance's in-flight requests or queued prefill changed. */
+    loadChanged(): void;
+    /** The owner of a Responses API id not mirrored here yet (asks the shared store, briefly). */
+    responseOwner(id: string): Promise<string | undefined>;
+  };
 }
 
 export interface Proxy {
@@ -119,12 +128,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return reject(404, `The model \`${shape.model}\` does not exist on any replica.`, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
+    // A follow-up can reach this instance before the stream brings its response id here.
+    const previous = shape.previousResponseId;
+    if (previous && deps.cluster && router.responseOwner(previous) === undefined) await deps.cluster.responseOwner(previous);
 
     const tried = new Set<string>();
     const failures: string[] = [];
     for (let attempt = 0; attempt < config.routing.max_attempts; attempt++) {
       const views = pool.map((r) => {
-        const view = r.view();
+        const view = deps.cluster ? deps.cluster.view(r) : r.view();
         if (tried.has(r.name)) view.healthy = false;
         return view;
       });
@@ -178,10 +190,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica.inflight++;
     const dispatched = now();
     const prefill = replica.prefill.begin(ctx.estimate.uncachedTokens, ctx.committedAt);
+    deps.cluster?.loadChanged();
 
     const fail = (reason: string): Attempt => {
       replica.inflight--;
       replica.prefill.end(prefill);
+      deps.cluster?.loadChanged();
       release();
       return req.signal.aborted ? { kind: "client-gone" } : { kind: "failed", reason };
     };
@@ -218,6 +232,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const ttftMs = now() - ctx.started;
     // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
     replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
+    deps.cluster?.loadChanged();
 
     const headers = new Headers();
     res.headers.forEach((value, key) => {
@@ -234,6 +249,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       finished = true;
       release();
       replica.inflight--;
+      deps.cluster?.loadChanged();
       if (outcome === "ok") replica.served++;
       const usage: TapResult = tap.finish();
       if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);

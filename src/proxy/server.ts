@@ -5,6 +5,7 @@
  * Used by `llmroute serve`, the bench (in-process, one per policy) and tests.
  */
 import type { Server } from "bun";
+import { Cluster } from "../cluster/cluster.ts";
 import type { Config } from "../config.ts";
 import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
@@ -27,6 +28,8 @@ export interface RouterServer {
   fleet: Fleet;
   router: Router;
   telemetry: Telemetry;
+  /** Shared state with the other router instances, when [cluster] is configured. */
+  cluster?: Cluster;
   app: App;
   log: Log;
   /** Apply a new config: replicas added/removed, policy and thresholds changed; pins of surviving replicas kept. */
@@ -66,13 +69,22 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   });
   const capacity = new CapacityWatch(log);
   const startedAt = Date.now();
-  const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt }));
+  const c = config.cluster;
+  const cluster = c
+    ? new Cluster(
+        { redis: c.redis, name: c.name, namespace: c.namespace, catchUpTimeoutMs: c.catch_up_timeout_ms, responseTtlMs: config.routing.index_ttl_ms },
+        { router, fleet, log },
+      )
+    : undefined;
+  router.sink = cluster?.sink;
+  const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt, cluster }));
 
   if (config.routing.state_file) {
     const restored = await loadState(config.routing.state_file, router, (name) => fleet.byName(name) !== undefined);
     if (restored) log.info("restored routing state", { file: config.routing.state_file, ...restored });
   }
-  await fleet.checkAll();
+  // A new instance catches up from the cluster (bounded by catch_up_timeout) before it serves.
+  await Promise.all([fleet.checkAll(), cluster?.start()]);
 
   const proxy = createProxy({
     config: () => config,
@@ -81,6 +93,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     hasher,
     log,
     fetch: options.fetch,
+    ...(cluster ? { cluster } : {}),
     onRecord: (record) => {
       telemetry.record(record);
       options.onRecord?.(record);
@@ -159,18 +172,21 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     fleet,
     router,
     telemetry,
+    ...(cluster ? { cluster } : {}),
     app,
     log,
     async reload(next) {
-      const restart = (["listen", "admin_listen", "log_format"] as const).filter(
+      const restart: string[] = (["listen", "admin_listen", "log_format"] as const).filter(
         (k) => JSON.stringify(next.server[k]) !== JSON.stringify(config.server[k]),
       );
+      if (JSON.stringify(next.cluster) !== JSON.stringify(config.cluster)) restart.push("cluster");
       if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
-      next = { ...next, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
+      next = { ...next, cluster: config.cluster, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
       const { added, removed, replaced } = fleet.reconcile(next.replicas);
       // A replica whose URL changed is another engine: what the old one cached is not there.
       for (const name of [...removed, ...replaced]) {
-        router.forget(name);
+        // This instance's config changed, not the replica: the other instances are not told.
+        router.forget(name, false);
         capacity.drop(name);
       }
       router.policy = createPolicy(next.routing.policy);
@@ -198,6 +214,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
         if (timedOut) log.warn("drain timeout: closing remaining connections", { drain_ms: drainMs });
       }
       await Promise.all(servers.map((s) => s.stop(true)));
+      await cluster?.stop();
       if (config.routing.state_file) {
         const saved = await saveState(config.routing.state_file, router);
         log.info("saved routing state", { file: config.routing.state_file, ...saved });
