@@ -81,6 +81,8 @@ export interface Config {
     catch_up_timeout_ms: number;
     /** Key prefix in Redis: instances with the same namespace share state (default "llmroute"). */
     namespace: string;
+    /** How often one instance stores the index in Redis for newcomers (the stream is trimmed behind it). */
+    snapshot_interval_ms: number;
   };
   replicas: ReplicaConfig[];
 }
@@ -113,7 +115,7 @@ const DEFAULTS = {
   },
   cache_aware: DEFAULT_CACHE_AWARE,
   health: { interval: "10s", path: "/health", timeout: "3s", failures: 3 },
-  cluster: { catch_up_timeout: "5s", namespace: "llmroute" },
+  cluster: { catch_up_timeout: "5s", namespace: "llmroute", snapshot_interval: "30s" },
 };
 
 const KNOWN: Record<string, readonly string[]> = {
@@ -136,7 +138,7 @@ const KNOWN: Record<string, readonly string[]> = {
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
   health: ["interval", "path", "timeout", "failures"],
-  cluster: ["redis", "name", "catch_up_timeout", "namespace"],
+  cluster: ["redis", "name", "catch_up_timeout", "namespace", "snapshot_interval"],
   replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics", "health_path"],
 };
 
@@ -253,6 +255,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
             name: field(ctx, cluster, "cluster.name", defaultInstanceName(root), instanceName),
             catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, duration),
             namespace: field(ctx, cluster, "cluster.namespace", DEFAULTS.cluster.namespace, namespaceName),
+            snapshot_interval_ms: field(ctx, cluster, "cluster.snapshot_interval", DEFAULTS.cluster.snapshot_interval, durationAtLeast(1_000)),
           },
         }),
     replicas: replicas(ctx, root.replica),
@@ -457,6 +460,14 @@ const instanceName: Check<string> = (v) =>
     ? ok(v)
     : bad("must be 1–128 characters of letters, digits, '.', '_', ':' or '-'");
 
+function durationAtLeast(min: number): Check<number> {
+  return (v) => {
+    const d = duration(v);
+    if (!d.ok) return d;
+    return d.value >= min ? d : bad(`must be at least ${min} ms (e.g. "30s")`);
+  };
+}
+
 const namespaceName: Check<string> = (v) =>
   typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/.test(v)
     ? ok(v)
@@ -596,7 +607,7 @@ export function describeConfig(config: Config): string {
     `timeout = "${ms(config.health.timeout_ms)}"`,
     `failures = ${config.health.failures}`,
     ...(config.cluster
-      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`, `namespace = "${config.cluster.namespace}"`]
+      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`, `namespace = "${config.cluster.namespace}"`, `snapshot_interval = "${ms(config.cluster.snapshot_interval_ms)}"`]
       : []),
   ];
   for (const r of config.replicas) {

@@ -188,6 +188,9 @@ export class Cluster {
    */
   async start(): Promise<void> {
     const started = this.now();
+    // Instances behind a round-robin balancer would otherwise all spread their first cold
+    // requests to the same replica: each starts its spread counter somewhere else.
+    this.deps.router.counter += Math.floor(Math.random() * 0x10000);
     const ready = new Promise<void>((resolve) => (this.caughtUp = resolve));
     this.loop = this.run();
     let timer: ReturnType<typeof setTimeout> | undefined;

@@ -72,7 +72,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   const c = config.cluster;
   const cluster = c
     ? new Cluster(
-        { redis: c.redis, name: c.name, namespace: c.namespace, catchUpTimeoutMs: c.catch_up_timeout_ms, responseTtlMs: config.routing.index_ttl_ms },
+        { redis: c.redis, name: c.name, namespace: c.namespace, catchUpTimeoutMs: c.catch_up_timeout_ms, snapshotMs: c.snapshot_interval_ms, responseTtlMs: config.routing.index_ttl_ms },
         { router, fleet, log },
       )
     : undefined;
