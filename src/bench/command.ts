@@ -5,6 +5,7 @@
  * Returns the exit code: 0, or 1 when any request failed (the tables count them).
  */
 import { defineCommand } from "citty";
+import { startRedisServer, type RedisServer } from "../cluster/redis-server.ts";
 import { loadConfigFile } from "../config.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
@@ -31,17 +32,28 @@ export interface BenchOutput {
 /** Start the target, run every workload × arm, write the files, print the tables. */
 export async function bench(options: BenchOptions, io: BenchIo, target?: Target): Promise<BenchOutput> {
   const own = target === undefined;
-  target ??= options.config
-    ? await configTarget(await loadConfigFile(options.config), options.model)
-    : await simTarget({ replicas: options.sim, timeScale: options.timeScale });
+  // --routers N: the instances share a Redis; the bench starts one unless given --redis.
+  let redis: RedisServer | undefined;
+  if (own && options.routers > 1 && !options.redis) redis = await startRedisServer();
+  const fleet = options.routers > 1 ? { routers: options.routers, redis: options.redis ?? redis!.url } : undefined;
+  try {
+    target ??= options.config
+      ? await configTarget(await loadConfigFile(options.config), options.model, fleet)
+      : await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...(fleet ? { fleet } : {}) });
+  } catch (error) {
+    await redis?.stop();
+    throw error;
+  }
   try {
     const run = newRunId();
     const where = target.kind === "sim" ? `${target.replicas.length} sim replicas, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
+    const instances = fleet ? `router instances: ${fleet.routers} per arm, sharing ${redis ? "a redis-server started by the bench" : "the Redis at --redis"}; requests spread round-robin` : undefined;
     io.progress.line(`bench run ${run}: ${options.workloads.join(", ")} × ${[...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])].join(", ")} on ${where}`);
+    if (instances) io.progress.line(instances);
     const result = await runBench(target, options, run, io.progress);
     const replicas = result.target.replicas.map((r) => r.name);
     const summaries = result.workloads.map((w) => summarizeWorkload(w, replicas));
-    const text = renderText(result, summaries);
+    const text = `${instances ? `${instances}\n\n` : ""}${renderText(result, summaries)}`;
     if (options.json) await Bun.write(options.json, `${JSON.stringify({ ...result, summaries }, jsonNumbers, 2)}\n`);
     if (options.report) await Bun.write(options.report, renderHtml(result, summaries));
     io.out(text);
@@ -51,6 +63,7 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
     return { result, summaries, text, errors };
   } finally {
     if (own) await target.stop();
+    await redis?.stop();
   }
 }
 

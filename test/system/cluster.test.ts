@@ -6,6 +6,7 @@
  * the next instance.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
+import { rm } from "node:fs/promises";
 import OpenAI from "openai";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
@@ -77,9 +78,9 @@ describe("instances agree", () => {
     const fleet = await routers(n, server);
     await until(async () => (await Promise.all(fleet.map(status))).every((s) => s.cluster?.instances.length === n), `${n} instances to see each other`);
 
-    // Three conversations, interleaved; each request goes to the next instance. (One at a time:
+    // Four conversations, interleaved; each request goes to the next instance. (One at a time:
     // concurrent turns may leave their owner by design, when its queue costs more.)
-    const labels = ["alpha", "beta", "gamma"];
+    const labels = ["alpha", "beta", "gamma", "delta"];
     const conversations = labels.map((label) => conversation(`${label}-${n}`));
     const results: Awaited<ReturnType<typeof turn>>[][] = labels.map(() => []);
     let next = 0;
@@ -255,5 +256,26 @@ describe("failure semantics", () => {
     expect(caught).toMatchObject({ complete: true });
     expect(caught.restored_entries).toBeGreaterThan(0);
     for (const k of known) expect(await turn(replacement, k.messages, "fourth")).toMatchObject({ replica: k.owner, route: "pin" });
+  }, TIMEOUT);
+});
+
+describe("llmroute bench --routers", () => {
+  it("4 instances per arm share a redis-server the bench starts; every agent turn after the first is pinned", async () => {
+    requireCommand("redis-server", "apt-get install -y redis-server");
+    const json = `/tmp/llmroute-bench-routers-${crypto.randomUUID()}.json`;
+    const out = await runCli([
+      "bench", "--routers", "4", "--workload", "agent", "--policies", "hybrid", "--no-oracle",
+      "--time-scale", "0.05", "--context-tokens", "6000", "--turns", "6", "--turn-tokens", "400", "--reply-tokens", "8", "--system-tokens", "500",
+      "--json", json,
+    ]);
+    expect(out.code).toBe(0);
+    expect(out.stdout).toContain("router instances: 4 per arm, sharing a redis-server started by the bench; requests spread round-robin");
+    const result = (await Bun.file(json).json()) as { options: { routers: number }; workloads: { arms: { samples: { replica: string; route: string; status: number }[] }[] }[] };
+    expect(result.options.routers).toBe(4);
+    const turns = result.workloads[0]!.arms[0]!.samples;
+    expect(turns).toHaveLength(6);
+    expect(turns.every((t) => t.status === 200)).toBe(true);
+    expect(turns.slice(1).map((t) => [t.replica, t.route])).toEqual(turns.slice(1).map(() => [turns[0]!.replica, "pin"]));
+    await rm(json, { force: true });
   }, TIMEOUT);
 });
