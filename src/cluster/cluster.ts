@@ -20,6 +20,7 @@
  */
 import { RedisClient } from "bun";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
+import { DEFAULT_PREFILL_RATE } from "../fleet/prefill.ts";
 import type { Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
@@ -250,7 +251,7 @@ export class Cluster {
     const view = replica.view();
     return mergeLoad(
       view,
-      { queuedTokens: replica.prefill.queuedTokens, pending: replica.prefill.size, engineWaiting: replica.engineWaiting },
+      { queuedTokens: replica.prefill.queuedTokens, pending: replica.prefill.size, engineWaiting: replica.engineWaiting, rateMeasured: measured(replica) },
       this.peers.remote(replica.name, this.now()),
     );
   }
@@ -539,6 +540,7 @@ export class Cluster {
     const now = this.now();
     for (const event of batch) {
       this.apply(event);
+      if (event.kind === "commit") this.peers.noteCommit(from, event.replica, event.at, now);
       this.lagMs = Math.max(0, now - event.at);
     }
     this.counts.applied += batch.length;
@@ -637,7 +639,9 @@ export class Cluster {
 
   private loadMessage(bye = false): LoadMessage {
     const r: Record<string, ReplicaLoad> = {};
-    for (const x of this.deps.fleet.replicas) r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0];
+    for (const x of this.deps.fleet.replicas) {
+      r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0, measured(x) ? Math.round(x.prefill.rate) : 0];
+    }
     return { v: 1, i: this.incarnation, n: this.settings.name, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
   }
 
@@ -737,6 +741,14 @@ export class Cluster {
 const APPEND_AND_PUBLISH = `local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'i', ARGV[3], 'p', ARGV[4])
 redis.call('PUBLISH', ARGV[1], id .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 return id`;
+
+/**
+ * Whether this instance has measured the replica's prefill rate: PrefillQueue starts at the
+ * default and a measured mean never lands on it exactly.
+ */
+function measured(replica: Replica): boolean {
+  return replica.prefill.rate !== DEFAULT_PREFILL_RATE;
+}
 
 /** Stream ids "ms-seq" compared as numbers. */
 export function compareIds(a: string, b: string): number {

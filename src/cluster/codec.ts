@@ -192,8 +192,11 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
   return events;
 }
 
-/** Per replica: [in flight, queued prefill tokens, requests still prefilling, oldest of their commit times (0 = none)]. */
-export type ReplicaLoad = [inflight: number, queuedTokens: number, pending: number, oldestCommit: number];
+/**
+ * Per replica: [in flight, queued prefill tokens, requests still prefilling, oldest of their
+ * commit times (0 = none), measured prefill rate in tokens/s (0 = not measured yet)].
+ */
+export type ReplicaLoad = [inflight: number, queuedTokens: number, pending: number, oldestCommit: number, prefillRate: number];
 
 /** An instance's heartbeat and load report, published on every change (coalesced) and every heartbeat. */
 export interface LoadMessage {
@@ -226,7 +229,7 @@ export function decodeLoad(text: string): LoadMessage | undefined {
   if (typeof o.lag !== "number" || !o.r || typeof o.r !== "object" || Array.isArray(o.r)) return undefined;
   const r: Record<string, ReplicaLoad> = {};
   for (const [name, value] of Object.entries(o.r as Record<string, unknown>)) {
-    if (!Array.isArray(value) || value.length !== 4 || !value.every((x) => typeof x === "number" && Number.isFinite(x) && x >= 0)) return undefined;
+    if (!Array.isArray(value) || value.length !== 5 || !value.every((x) => typeof x === "number" && Number.isFinite(x) && x >= 0)) return undefined;
     r[name] = value as ReplicaLoad;
   }
   return { v: 1, i: o.i, n: o.n, at: o.at, applied: o.applied, lag: o.lag, r, ...(o.bye === true ? { bye: true as const } : {}) };

@@ -25,10 +25,17 @@ export interface RemoteLoad {
   pending: number;
   /** Oldest commit time of a request still prefilling on some other instance (undefined = none). */
   oldestCommit?: number;
+  /** Prefill rates the other instances measured for this replica (tokens/s). */
+  rates: number[];
 }
 
 export class PeerTable {
   private readonly peers = new Map<string, Peer>();
+  /**
+   * Commits applied from a peer after its last load report: requests it sent that its
+   * figures do not show yet (per incarnation → replica → oldest commit time, and when noted).
+   */
+  private readonly unreported = new Map<string, Map<string, { at: number; notedAt: number }>>();
 
   constructor(
     /** This instance's incarnation: its own messages are not peers. */
@@ -45,7 +52,29 @@ export class PeerTable {
     }
     const peer: Peer = { incarnation: m.i, name: m.n, seenAt: now, sentAt: m.at, applied: m.applied, lag: m.lag, load: m.r };
     this.peers.set(m.i, peer);
+    // Its report now covers what it committed up to when it sent it.
+    const pending = this.unreported.get(m.i);
+    if (pending) {
+      for (const [replica, c] of pending) if (c.at <= m.at) pending.delete(replica);
+      if (pending.size === 0) this.unreported.delete(m.i);
+    }
     return peer;
+  }
+
+  /**
+   * A peer committed a request to `replica` at `at` (its clock). Until a report of its sent
+   * after that arrives, the request counts as still prefilling there: a prediction built on
+   * it is not judged (the engine may not hold that prefix yet), so no instance "corrects"
+   * the index from a miss that was only a race.
+   */
+  noteCommit(incarnation: string, replica: string, at: number, now: number): void {
+    if (incarnation === this.self) return;
+    const peer = this.peers.get(incarnation);
+    if (peer && peer.sentAt >= at) return;
+    let pending = this.unreported.get(incarnation);
+    if (!pending) this.unreported.set(incarnation, (pending = new Map()));
+    const c = pending.get(replica);
+    if (!c || at < c.at) pending.set(replica, { at, notedAt: now });
   }
 
   /** Drop peers silent for longer than the TTL; returns the names dropped. */
@@ -57,6 +86,10 @@ export class PeerTable {
         dropped.push(p.name);
       }
     }
+    for (const [id, pending] of this.unreported) {
+      for (const [replica, c] of pending) if (now - c.notedAt > this.ttlMs) pending.delete(replica);
+      if (pending.size === 0) this.unreported.delete(id);
+    }
     return dropped;
   }
 
@@ -67,14 +100,25 @@ export class PeerTable {
   /** The live peers' figures for one replica, summed. */
   remote(replica: string, now: number): RemoteLoad | undefined {
     let total: RemoteLoad | undefined;
+    const oldest = (t: RemoteLoad, at: number) => {
+      if (at > 0 && (t.oldestCommit === undefined || at < t.oldestCommit)) t.oldestCommit = at;
+    };
     for (const p of this.peers.values()) {
       const l = p.load[replica];
       if (!l || now - p.seenAt > this.ttlMs) continue;
-      total ??= { inflight: 0, queuedTokens: 0, pending: 0 };
+      total ??= { inflight: 0, queuedTokens: 0, pending: 0, rates: [] };
       total.inflight += l[0];
       total.queuedTokens += l[1];
       total.pending += l[2];
-      if (l[3] > 0 && (total.oldestCommit === undefined || l[3] < total.oldestCommit)) total.oldestCommit = l[3];
+      oldest(total, l[3]);
+      if (l[4] > 0) total.rates.push(l[4]);
+    }
+    for (const pending of this.unreported.values()) {
+      const c = pending.get(replica);
+      if (!c || now - c.notedAt > this.ttlMs) continue;
+      total ??= { inflight: 0, queuedTokens: 0, pending: 0, rates: [] };
+      total.pending++;
+      oldest(total, c.at);
     }
     return total;
   }
@@ -87,13 +131,17 @@ export interface LocalLoad {
   pending: number;
   /** The engine's reported waiting requests (0 when not scraped). */
   engineWaiting: number;
+  /** This instance has measured the replica's prefill rate (else the view's is the default). */
+  rateMeasured: boolean;
 }
 
 /**
  * The fleet view with the other instances' requests added. The engine's own waiting count
  * (when scraped) already includes every instance's requests: the local view prices the ones
  * this instance did not send at its mean request size, so the other instances' pending
- * requests are taken out of that part before their queued tokens are added.
+ * requests are taken out of that part before their queued tokens are added. The prefill rate
+ * is the mean of every instance's measurement: an instance that never sent to a replica
+ * would otherwise price it at the default rate, and never send there to learn better.
  */
 export function mergeLoad(view: FleetView, local: LocalLoad, remote: RemoteLoad | undefined): FleetView {
   if (!remote) return view;
@@ -102,8 +150,10 @@ export function mergeLoad(view: FleetView, local: LocalLoad, remote: RemoteLoad 
   const stillUnseen = Math.max(0, unseen - remote.pending);
   const pendingSince =
     remote.oldestCommit === undefined ? view.pendingSince : view.pendingSince === undefined ? remote.oldestCommit : Math.min(view.pendingSince, remote.oldestCommit);
+  const rates = local.rateMeasured ? [view.prefillRate, ...remote.rates] : remote.rates;
   return {
     ...view,
+    ...(rates.length > 0 ? { prefillRate: rates.reduce((a, b) => a + b, 0) / rates.length } : {}),
     inflight: view.inflight + remote.inflight,
     load: view.load + remote.inflight,
     queuedTokens: local.queuedTokens + remote.queuedTokens + stillUnseen * perUnseen,

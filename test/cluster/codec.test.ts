@@ -153,7 +153,7 @@ describe("an instance that applies another's events routes like it", () => {
 });
 
 describe("load messages", () => {
-  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699] } };
+  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699, 41000] } };
 
   it("round-trip through JSON", () => {
     expect(decodeLoad(JSON.stringify(message))).toEqual(message);
@@ -164,7 +164,7 @@ describe("load messages", () => {
     ["not JSON", "{"],
     ["another version", JSON.stringify({ ...message, v: 2 })],
     ["a missing incarnation", JSON.stringify({ ...message, i: undefined })],
-    ["a negative count", JSON.stringify({ ...message, r: { gpu0: [-1, 0, 0, 0] } })],
+    ["a negative count", JSON.stringify({ ...message, r: { gpu0: [-1, 0, 0, 0, 0] } })],
     ["a short tuple", JSON.stringify({ ...message, r: { gpu0: [1, 2] } })],
     ["replicas as an array", JSON.stringify({ ...message, r: [] })],
   ])("ignores %s", (_label, text) => {
