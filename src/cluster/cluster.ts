@@ -69,6 +69,8 @@ const MAX_STREAM_ENTRIES = 1_000_000;
  * sooner than its previous turn's answer, which takes longer than this.
  */
 const FLUSH_GAP_MS = 20;
+/** Answers at least this slow write their decision's batch before the client sees their end. */
+const SETTLE_MS = 5;
 /** Load reports go out at most this often (plus every heartbeat). */
 const LOAD_GAP_MS = 20;
 /** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
@@ -127,6 +129,8 @@ export class Cluster {
   private readonly writer = new BatchWriter();
   private flushScheduled = false;
   private flushTimer?: ReturnType<typeof setTimeout>;
+  /** When the oldest event of the batch being gathered happened. */
+  private batchSince = 0;
   private lastFlushAt = -Infinity;
   /** Encoded batches not yet sent (Redis away or slow), oldest first, with their event counts. */
   private outbox: { payload: string; events: number }[] = [];
@@ -272,6 +276,19 @@ export class Cluster {
     const wait = this.lastLoadAt + LOAD_GAP_MS - this.now();
     if (wait <= 0) setImmediate(publish);
     else setTimeout(publish, wait);
+  }
+
+  /**
+   * The answer to a decision committed at `committedAt` is about to reach its client, whose
+   * next turn may go to another instance: if that decision is still waiting in the batch,
+   * write the batch now. Not for answers faster than SETTLE_MS: no LLM generation is, and
+   * writing once per such request would cost more than the request (they wait ≤ the gap).
+   */
+  answered(committedAt: number): void {
+    this.loadChanged();
+    if (!this.flushScheduled || this.batchSince > committedAt || this.now() - committedAt < SETTLE_MS) return;
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flush();
   }
 
   /**
@@ -574,6 +591,7 @@ export class Cluster {
    */
   private emit(event: ClusterEvent): void {
     if (this.stopped) return;
+    if (this.writer.empty) this.batchSince = event.at;
     this.writer.add(event);
     if (event.kind === "response") {
       if (this.flushTimer) clearTimeout(this.flushTimer);

@@ -55,6 +55,8 @@ export interface ProxyDeps {
     view(replica: Replica): FleetView;
     /** This instance's in-flight requests or queued prefill changed. */
     loadChanged(): void;
+    /** The answer to a decision committed at `committedAt` ends now (its load is gone too); its next turn may go to another instance. */
+    answered(committedAt: number): void;
     /** The owner of a Responses API id not mirrored here yet (asks the shared store, briefly). */
     responseOwner(id: string): Promise<string | undefined>;
   };
@@ -249,7 +251,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       finished = true;
       release();
       replica.inflight--;
-      deps.cluster?.loadChanged();
+      deps.cluster?.answered(ctx.committedAt);
       if (outcome === "ok") replica.served++;
       const usage: TapResult = tap.finish();
       if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
