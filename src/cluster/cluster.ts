@@ -331,10 +331,10 @@ export class Cluster {
     const warnings: string[] = [];
     if (this.state !== "up") {
       warnings.push(
-        `Redis ${this.where} unreachable since ${new Date(this.since).toISOString()}${this.lastError ? ` (${this.lastError})` : ""}: routing on this instance's own view; ${this.backlogEvents()} events wait to be shared`,
+        `Redis ${this.where} unreachable since ${new Date(this.since).toISOString()}${this.lastError ? ` (${this.lastError})` : ""}: routing on this instance's own view; ${plural(this.backlogEvents(), "event")} waiting to be shared`,
       );
     }
-    if (this.counts.dropped > 0) warnings.push(`${this.counts.dropped} events were dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
+    if (this.counts.dropped > 0) warnings.push(`${plural(this.counts.dropped, "event")} dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
     for (const name of this.warnedNames) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
     return {
       name: this.settings.name,
@@ -766,6 +766,10 @@ return id`;
  */
 function measured(replica: Replica): boolean {
   return replica.prefill.rate !== DEFAULT_PREFILL_RATE;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
 /** Stream ids "ms-seq" compared as numbers. */

@@ -23,6 +23,8 @@ export interface RedisServerOptions {
   /** The server binary: redis-server (default) or valkey-server, on PATH or absolute. */
   binary?: string;
   port?: number;
+  /** Serve TLS only (rediss://localhost:port) with this certificate and key (PEM files). */
+  tls?: { cert: string; key: string };
 }
 
 const READY = /Ready to accept connections/;
@@ -34,14 +36,15 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     throw new LlmrouteError("usage", `${binary} not found: install it (Debian: apt-get install -y redis-server), or pass --redis URL to use a running Redis or Valkey`);
   }
   let port = options.port ?? (await freePort());
-  let proc = await spawnReady(path, port).catch(async (error) => {
+  const tls = options.tls;
+  let proc = await spawnReady(path, port, tls).catch(async (error) => {
     if (options.port !== undefined) throw error;
     // Another process took the free port between the probe and the bind: try another.
     port = await freePort();
-    return spawnReady(path, port);
+    return spawnReady(path, port, tls);
   });
   const server: RedisServer = {
-    url: `redis://127.0.0.1:${port}`,
+    url: tls ? `rediss://localhost:${port}` : `redis://127.0.0.1:${port}`,
     port,
     get pid() {
       return proc.pid;
@@ -56,17 +59,21 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     resume: () => proc.kill("SIGCONT"),
     async restart() {
       await server.stop("SIGKILL");
-      proc = await spawnReady(path, port);
+      proc = await spawnReady(path, port, tls);
     },
   };
   return server;
 }
 
-async function spawnReady(path: string, port: number): Promise<Subprocess<"ignore", "pipe", "pipe">> {
-  const proc = Bun.spawn(
-    [path, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "notice"],
-    { stdin: "ignore", stdout: "pipe", stderr: "pipe" },
-  );
+async function spawnReady(path: string, port: number, tls?: RedisServerOptions["tls"]): Promise<Subprocess<"ignore", "pipe", "pipe">> {
+  const listen = tls
+    ? ["--port", "0", "--tls-port", String(port), "--tls-cert-file", tls.cert, "--tls-key-file", tls.key, "--tls-auth-clients", "no"]
+    : ["--port", String(port)];
+  const proc = Bun.spawn([path, ...listen, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "notice"], {
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   const seen: string[] = [];
   const decoder = new TextDecoder();
   const reader = proc.stdout.getReader();

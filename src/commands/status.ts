@@ -67,7 +67,7 @@ export function formatStatus(s: StatusDocument, now: number): string {
 function clusterSection(s: StatusDocument): string[] {
   const c = s.cluster;
   if (!c) return [];
-  const head = `cluster ${c.namespace} on ${c.redis} · ${c.state === "up" ? "connected" : c.state.toUpperCase()} · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"} · backlog ${int(c.backlog_events)} events`;
+  const head = `cluster ${c.namespace} on ${c.redis} · ${c.state === "up" ? "connected" : c.state.toUpperCase()} · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
   const rows = c.instances.map((i) => [
     i.self ? `${i.name} (this)` : i.name,
     i.self ? "-" : `${(i.last_heartbeat_ms / 1000).toFixed(1)}s ago`,

@@ -6,7 +6,7 @@
  * the next instance.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import OpenAI from "openai";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
@@ -277,5 +277,32 @@ describe("llmroute bench --routers", () => {
     expect(turns.every((t) => t.status === 200)).toBe(true);
     expect(turns.slice(1).map((t) => [t.replica, t.route])).toEqual(turns.slice(1).map(() => [turns[0]!.replica, "pin"]));
     await rm(json, { force: true });
+  }, TIMEOUT);
+});
+
+describe("rediss://", () => {
+  it("instances reach a TLS-only Redis whose private CA is given by NODE_EXTRA_CA_CERTS, and share state over it", async () => {
+    const binary = requireCommand(REDIS_BINARY, "apt-get install -y redis-server");
+    const openssl = requireCommand("openssl", "apt-get install -y openssl");
+    const dir = await mkdtemp("/tmp/llmroute-tls-");
+    const made = Bun.spawnSync([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", `${dir}/key.pem`, "-out", `${dir}/cert.pem`, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"], { stderr: "pipe" });
+    expect(made.exitCode).toBe(0);
+    sims = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const server = await startRedisServer({ binary, tls: { cert: `${dir}/cert.pem`, key: `${dir}/key.pem` } });
+    redises.push(server);
+    expect(server.url).toStartWith("rediss://localhost:");
+    const env = { NODE_EXTRA_CA_CERTS: `${dir}/cert.pem` };
+    const start = (name: string) =>
+      startRouterProc(sims.map((s) => ({ name: s.name, url: s.url })), { toml: `[cluster]\nredis = "${server.url}"\nname = "${name}"\n`, env });
+    const [a, b] = await Promise.all([start("tls-a"), start("tls-b")]);
+    await until(async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.state === "up" && s.cluster.instances.length === 2), "both instances connected over TLS");
+    const messages = conversation("over TLS");
+    const first = await turn(a, messages, "next");
+    expect(await turn(b, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
+
+    // Without the CA the certificate is refused: the instance says so and routes alone.
+    const alone = await startRouterProc(sims.map((s) => ({ name: s.name, url: s.url })), { toml: `[cluster]\nredis = "${server.url}"\nname = "no-ca"\ncatch_up_timeout = "500ms"\n` });
+    expect((await status(alone)).cluster?.state).not.toBe("up");
+    expect(logRecords(alone, "cluster: cannot reach Redis; routing on this instance's own view until it can")).toHaveLength(1);
   }, TIMEOUT);
 });
