@@ -145,6 +145,7 @@ export class Cluster {
   private lastLoadAt = -Infinity;
   private lastOwnEcho = 0;
   private snapshotting = false;
+  private warnedConnecting = false;
   private wantSnapshot = false;
 
   private readonly peers: PeerTable;
@@ -503,7 +504,6 @@ export class Cluster {
     }
     if (this.state !== "stopped") this.state = this.state === "connecting" ? "connecting" : "down";
   }
-  private warnedConnecting = false;
 
   // --- the stream -------------------------------------------------------------------------
 
@@ -697,7 +697,7 @@ export class Cluster {
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return;
     // Our own heartbeats come back on the subscription; when they stop, it is dead. A write
-    // unanswered, or a blocking read far past its block time: Redis is hung or cut off.
+    // unanswered for long: Redis is hung or cut off (no reset ever comes).
     if (now - this.lastOwnEcho > this.heartbeatMs * PEER_TTL_BEATS) return s.fail("no heartbeat came back on the subscription");
     const oldest = this.unacked.values().next().value?.sentAt;
     if (oldest !== undefined && now - oldest > STALL_MS) return s.fail(`a stream write was not answered within ${STALL_MS} ms`);

@@ -114,6 +114,7 @@ export class Telemetry {
 
   status(now: number): StatusDocument {
     const { config, fleet, router, capacity, startedAt, cluster } = this.live();
+    const clusterStatus = cluster?.status(now);
     const readings = new Map(capacity.readings.map((c) => [c.replica, c]));
     const replicas = fleet.replicas.map((r): ReplicaStatus => {
       const stats = router.index.replicaStats(r.name);
@@ -174,8 +175,8 @@ export class Telemetry {
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
       replicas,
-      cluster: cluster ? cluster.status(now) : null,
-      warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(cluster ? cluster.status(now).warnings.map((w) => `cluster: ${w}`) : [])],
+      cluster: clusterStatus ?? null,
+      warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(clusterStatus?.warnings.map((w) => `cluster: ${w}`) ?? [])],
     };
   }
 }

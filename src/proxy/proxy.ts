@@ -251,13 +251,14 @@ export function createProxy(deps: ProxyDeps): Proxy {
       finished = true;
       release();
       replica.inflight--;
-      deps.cluster?.answered(ctx.committedAt);
       if (outcome === "ok") replica.served++;
       const usage: TapResult = tap.finish();
       if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
       const est = ctx.estimate;
       if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
       const verdict = res.status < 300 ? router.feedback(replica.name, est, usage.cachedTokens) : undefined;
+      // What this answer taught (its response id, a correction) and its decision go out before its end does.
+      deps.cluster?.answered(ctx.committedAt);
       record({
         endpoint: ctx.shape.endpoint,
         model: ctx.shape.model,
