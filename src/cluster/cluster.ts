@@ -72,7 +72,7 @@ const FLUSH_GAP_MS = 20;
 /** Answers at least this slow write their decision's batch before the client sees their end. */
 const SETTLE_MS = 5;
 /** Load reports go out at most this often (plus every heartbeat). */
-const LOAD_GAP_MS = 20;
+const LOAD_GAP_MS = 50;
 /** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
 const LOOKUP_TIMEOUT_MS = 250;
 
