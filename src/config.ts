@@ -84,6 +84,10 @@ export interface Config {
     name: string;
     /** A starting instance waits at most this long to catch up from Redis before serving. */
     catch_up_timeout_ms: number;
+    /** Key prefix in Redis: instances with the same namespace share state (default "llmroute"). */
+    namespace: string;
+    /** How often one instance stores the index in Redis for newcomers (the stream is trimmed behind it). */
+    snapshot_interval_ms: number;
   };
   replicas: ReplicaConfig[];
 }
@@ -116,7 +120,7 @@ const DEFAULTS = {
   },
   cache_aware: DEFAULT_CACHE_AWARE,
   health: { interval: "10s", path: "/health", timeout: "3s", failures: 3 },
-  cluster: { catch_up_timeout: "5s" },
+  cluster: { catch_up_timeout: "5s", namespace: "llmroute", snapshot_interval: "30s" },
 };
 
 const KNOWN: Record<string, readonly string[]> = {
@@ -139,7 +143,7 @@ const KNOWN: Record<string, readonly string[]> = {
   ],
   "routing.cache_aware": ["min_match_ratio", "balance_abs", "balance_rel"],
   health: ["interval", "path", "timeout", "failures"],
-  cluster: ["redis", "name", "catch_up_timeout"],
+  cluster: ["redis", "name", "catch_up_timeout", "namespace", "snapshot_interval"],
   replica: ["name", "url", "kv_tokens", "models", "api_key", "metrics", "health_path"],
 };
 
@@ -303,6 +307,8 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
             name: field(ctx, cluster, "cluster.name", defaultInstanceName(root), instanceName),
             // 0 is allowed: do not wait.
             catch_up_timeout_ms: field(ctx, cluster, "cluster.catch_up_timeout", DEFAULTS.cluster.catch_up_timeout, durationFrom(0)),
+            namespace: field(ctx, cluster, "cluster.namespace", DEFAULTS.cluster.namespace, namespaceName),
+            snapshot_interval_ms: field(ctx, cluster, "cluster.snapshot_interval", DEFAULTS.cluster.snapshot_interval, durationFrom(1_000)),
           },
         }),
     replicas: replicas(ctx, root.replica),
@@ -525,6 +531,11 @@ const instanceName: Check<string> = (v) =>
     ? ok(v)
     : bad("must be 1–128 characters of letters, digits, '.', '_', ':' or '-'");
 
+const namespaceName: Check<string> = (v) =>
+  typeof v === "string" && /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/.test(v)
+    ? ok(v)
+    : bad("must be 1–64 characters of letters, digits, '.', '_', ':' or '-' (a Redis key prefix)");
+
 /** hostname:port of server.listen, so two instances on one host differ. */
 function defaultInstanceName(root: Record<string, unknown>): string {
   const listen = listenAddress(asTable(root.server).listen ?? DEFAULTS.server.listen);
@@ -624,7 +635,7 @@ export function describeConfig(config: Config): string {
     `timeout = "${ms(config.health.timeout_ms)}"`,
     `failures = ${config.health.failures}`,
     ...(config.cluster
-      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`]
+      ? ["", "[cluster]", `redis = "<set, hidden>"`, `name = "${config.cluster.name}"`, `catch_up_timeout = "${ms(config.cluster.catch_up_timeout_ms)}"`, `namespace = "${config.cluster.namespace}"`, `snapshot_interval = "${ms(config.cluster.snapshot_interval_ms)}"`]
       : []),
   ];
   for (const r of config.replicas) {

@@ -20,6 +20,10 @@ export interface BenchOptions {
   timeScale: number;
   /** A router.toml whose replicas are benched instead of sims. */
   config?: string;
+  /** Router instances per arm, sharing state through Redis; requests go round-robin. */
+  routers: number;
+  /** The Redis (or Valkey) they share; without it the bench starts a redis-server. */
+  redis?: string;
   model?: string;
   policies: PolicyName[];
   /** Add the bench-only oracle arm (sims only). */
@@ -102,6 +106,8 @@ export const benchArgs = {
   sim: { type: "string", description: `Start N simulated 3090-class replicas (default ${DEFAULTS.sim})` },
   "time-scale": { type: "string", description: `Sim speed: real time = model time × F (default ${DEFAULTS.timeScale})` },
   config: { type: "string", description: "Bench the replicas of this router.toml instead of sims (no oracle)" },
+  routers: { type: "string", description: "Router instances per arm sharing state through Redis, requests spread round-robin (default 1)" },
+  redis: { type: "string", description: "Redis/Valkey URL the --routers instances share (default: start a redis-server on a free port)" },
   model: { type: "string", description: "Model to request (default: the sims' / the first replica's)" },
   policies: { type: "string", description: `Comma-separated policies (default ${DEFAULT_POLICIES.join(",")}; any of ${POLICY_NAMES.join(", ")})` },
   oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims", negativeDescription: "Skip the oracle arm (it asks every sim what it holds, so it needs sims)", default: true },
@@ -195,6 +201,8 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     sim: num("sim", DEFAULTS.sim),
     timeScale: num("time-scale", DEFAULTS.timeScale, "positive"),
     ...(str("config") ? { config: str("config")! } : {}),
+    routers: num("routers", 1),
+    ...(str("redis") ? { redis: str("redis")! } : {}),
     ...(str("model") ? { model: str("model")! } : {}),
     policies: list("policies", POLICY_NAMES, DEFAULT_POLICIES),
     oracle: raw.oracle !== false,
@@ -273,6 +281,9 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   fits("agent", options.agent, "--context-tokens, --turns, --turn-tokens, --reply-tokens, --system-tokens");
   fits("mixed agents", options.mixed.agent, "--mixed-context-tokens, --mixed-turns, --turn-tokens");
   for (const f of options.capacity.families) fits(`capacity family of ${f}`, { ...options.capacity, contextTokens: f }, "--families, --family-turns");
+  const redis = str("redis");
+  if (redis !== undefined && !/^rediss?:\/\/[^/]/.test(redis)) problems.push(`--redis ${JSON.stringify(redis)}: must be a redis:// or rediss:// URL`);
+  else if (redis !== undefined && options.routers < 2) problems.push("--redis: only used with --routers 2 or more");
   if (problems.length > 0) throw new LlmrouteError("usage", `bench: ${problems.join("; ")}`);
   return options;
 }

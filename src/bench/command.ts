@@ -6,6 +6,7 @@
  * Returns the exit code: 0, or 1 when any request failed (the tables count them).
  */
 import { defineCommand } from "citty";
+import { startRedisServer, type RedisServer } from "../cluster/redis-server.ts";
 import { loadConfigFile } from "../config.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
@@ -38,18 +39,29 @@ export interface BenchOutput {
 /** Start the target, run every workload × arm, write the files, print the tables. */
 export async function bench(options: BenchOptions, io: BenchIo, target?: Target): Promise<BenchOutput> {
   const own = target === undefined;
-  target ??= options.config
-    ? await configTarget(await loadConfigFile(options.config), options.model)
-    : await simTarget({ replicas: options.sim, timeScale: options.timeScale });
+  // --routers N: the instances share a Redis; the bench starts one unless given --redis.
+  let redis: RedisServer | undefined;
+  if (own && options.routers > 1 && !options.redis) redis = await startRedisServer();
+  const fleet = options.routers > 1 ? { routers: options.routers, redis: options.redis ?? redis!.url } : undefined;
+  try {
+    target ??= options.config
+      ? await configTarget(await loadConfigFile(options.config), options.model, fleet)
+      : await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...(fleet ? { fleet } : {}) });
+  } catch (error) {
+    await redis?.stop();
+    throw error;
+  }
   try {
     const where = target.kind === "sim" ? `${target.replicas.length} sim replicas, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
     const arms = [...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])];
+    const instances = fleet ? `router instances: ${fleet.routers} per arm, sharing ${redis ? "a redis-server started by the bench" : "the Redis at --redis"}; requests spread round-robin` : undefined;
     const results: BenchResult[] = [];
     for (let r = 1; r <= options.runs; r++) {
       // A fresh run id is a fresh salt: no run measures another's warm cache.
       const run = newRunId();
       const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
       io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
+      if (instances) io.progress.line(instances);
       results.push(await runBench(target, options, run, io.progress));
     }
     const replicas = target.replicas.map((r) => r.name);
@@ -57,7 +69,7 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
     const result = poolRuns(results);
     const summaries = result.workloads.map((w) => summarizeWorkload(w, replicas));
     const matrix = buildMatrix(perRun);
-    const text = renderText(result, summaries, matrix);
+    const text = `${instances ? `${instances}\n\n` : ""}${renderText(result, summaries, matrix)}`;
     if (options.json) {
       const { workloads: _pooled, ...meta } = result;
       const runs = results.map((res, i) => ({ run: res.run, startedAt: res.startedAt, elapsedS: res.elapsedS, workloads: res.workloads, summaries: perRun[i] }));
@@ -71,6 +83,7 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
     return { results, result, summaries, matrix, text, errors };
   } finally {
     if (own) await target.stop();
+    await redis?.stop();
   }
 }
 

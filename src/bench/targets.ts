@@ -14,6 +14,7 @@ import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
 import { startSimFleet, type SimServer } from "../sim/index.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
+import { routerFleetArm, type RouterFleetOptions } from "./routers.ts";
 
 export type ArmName = PolicyName | "oracle";
 
@@ -205,6 +206,8 @@ export interface SimTargetOptions {
   timeScale: number;
   /** Every arm's router serves /status and /dashboard here (one after the other), so the address stays. */
   adminListen?: string;
+  /** Several router instances per arm (--routers N). */
+  fleet?: RouterFleetOptions;
 }
 
 /** N simulated 3090-class replicas in this process. */
@@ -234,7 +237,8 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     },
     async startArm(name) {
       if (name === "oracle") return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost);
-      return routerArm(parseConfig(routerToml(replicas, name, model, options.adminListen), "<bench>", { env: {} }));
+      const config = parseConfig(routerToml(replicas, name, model, options.adminListen), "<bench>", { env: {} });
+      return options.fleet ? routerFleetArm(config, options.fleet) : routerArm(config);
     },
     async stop() {
       await Promise.all(sims.map((s) => s.stop()));
@@ -247,7 +251,7 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
  * port 0 with no client keys and no state file; everything else (upstream keys, thresholds,
  * kv_tokens) is the user's.
  */
-export async function configTarget(config: Config, model: string | undefined): Promise<Target> {
+export async function configTarget(config: Config, model: string | undefined, fleet?: RouterFleetOptions): Promise<Target> {
   const replicas = config.replicas.map((r) => ({ name: r.name, url: r.url, kvTokens: r.kv_tokens }));
   const resolved = model ?? config.replicas.find((r) => r.models.length > 0)?.models[0] ?? (await discoverModel(config));
   return {
@@ -263,7 +267,7 @@ export async function configTarget(config: Config, model: string | undefined): P
       delete routing.state_file;
       const server = { ...config.server, listen: { host: "127.0.0.1", port: 0 }, api_keys: [] };
       delete server.admin_listen;
-      return routerArm({ ...config, server, routing });
+      return fleet ? routerFleetArm({ ...config, server, routing }, fleet) : routerArm({ ...config, server, routing });
     },
     stop: async () => {},
   };

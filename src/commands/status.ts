@@ -94,6 +94,7 @@ export function formatStatus(s: StatusDocument, now: number): string {
   const warnings = s.replicas.flatMap((r) =>
     r.warnings.map((w) => `  ${r.name}: ${w}${w.startsWith("down") && r.last_error ? ` (${duration((now - Date.parse(r.last_error.at)) / 1000)} ago)` : ""}`),
   );
+  const global = s.warnings.filter((w) => w.startsWith("cluster: ")).map((w) => `  ${w}`);
   return [
     head,
     "",
@@ -101,8 +102,23 @@ export function formatStatus(s: StatusDocument, now: number): string {
     // Per model, because a model's prefixes can only live on the replicas that serve it:
     // a fleet-wide sum counts other models' cards as room this model does not have.
     ...(models.length > 0 ? ["", table(["MODEL", "REPLICAS", `${window} (its replicas, summed)`], models)] : []),
-    ...(warnings.length ? ["", "warnings:", ...warnings] : []),
+    ...clusterSection(s),
+    ...(warnings.length + global.length ? ["", "warnings:", ...warnings, ...global] : []),
   ].join("\n");
+}
+
+/** The router instances sharing state (absent without [cluster], and from older routers). */
+function clusterSection(s: StatusDocument): string[] {
+  const c = s.cluster;
+  if (!c) return [];
+  const head = `cluster ${c.namespace} on ${c.redis} · ${c.state === "up" ? "connected" : c.state.toUpperCase()} · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
+  const rows = c.instances.map((i) => [
+    i.self ? `${i.name} (this)` : i.name,
+    i.self ? "-" : `${(i.last_heartbeat_ms / 1000).toFixed(1)}s ago`,
+    `${i.lag_ms.toFixed(1)} ms`,
+    i.inflight,
+  ]);
+  return ["", head, "", table(["INSTANCE", "LAST HEARTBEAT", "SYNC LAG", "INFLIGHT"], rows, { right: [1, 2, 3] })];
 }
 
 function modelRows(replicas: readonly ReplicaStatus[]): string[][] {

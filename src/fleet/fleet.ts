@@ -217,7 +217,12 @@ export class Fleet {
    * all of them when no replica of the pool is routable (panic mode: a fleet that is
    * wrongly all demoted still serves; a truly dead one fails fast with the reasons).
    */
-  views(pool: readonly Replica[], exclude: ReadonlySet<string>, model?: string): { views: FleetView[]; panic: boolean } {
+  views(
+    pool: readonly Replica[],
+    exclude: ReadonlySet<string>,
+    model?: string,
+    view: (r: Replica) => FleetView = (r) => r.view(),
+  ): { views: FleetView[]; panic: boolean } {
     const panic = pool.length > 0 && !pool.some((r) => r.routable);
     const key = model ?? "";
     if (panic && !this.panicking.has(key)) {
@@ -228,9 +233,9 @@ export class Fleet {
       this.options.log.info("panic mode over: a replica is up", { model });
     }
     const views = pool.map((r) => {
-      const view = r.view();
-      view.healthy = !exclude.has(r.name) && (panic || r.routable);
-      return view;
+      const v = view(r);
+      v.healthy = !exclude.has(r.name) && (panic || r.routable);
+      return v;
     });
     return { views, panic };
   }

@@ -3,6 +3,7 @@
  * replica, plus live gauges) and the /status document. Both read the same live state.
  */
 import pkg from "../../package.json" with { type: "json" };
+import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
 import type { Config } from "../config.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -17,6 +18,8 @@ export interface LiveState {
   router: Router;
   capacity: CapacityWatch;
   startedAt: number;
+  /** Shared state with other router instances, when [cluster] is configured. */
+  cluster?: Cluster;
 }
 
 const TTFT_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160];
@@ -79,6 +82,20 @@ export class Telemetry {
     r.gauge("llmroute_index_corrections_total", "Index entries dropped because the engine's cached_tokens showed it had evicted them.", each((x) => this.live().router.truthOf(x.name).corrected), "counter");
     r.gauge("llmroute_index_memory_bytes", "Bytes held by the prefix index's arrays.", () => [[{}, this.live().router.index.memoryBytes()]]);
     r.gauge("llmroute_chars_per_token", "Learned characters of prompt per engine token (calibrates token estimates).", each((x) => Math.round(x.charsPerToken * 1000) / 1000));
+    const cluster = (f: (c: Cluster) => number) => () => {
+      const c = this.live().cluster;
+      return c ? [[{}, f(c)] as [Record<string, string>, number]] : [];
+    };
+    r.gauge("llmroute_cluster_connected", "1 while this instance reaches the cluster's Redis (absent without [cluster]).", cluster((c) => (c.state === "up" ? 1 : 0)));
+    r.gauge("llmroute_cluster_instances", "Router instances seen alive in the cluster, this one included.", cluster((c) => c.instanceCount()));
+    r.gauge("llmroute_cluster_sync_lag_seconds", "How old the newest event from another instance was when this instance applied it.", cluster((c) => c.lagMs / 1000));
+    r.gauge("llmroute_cluster_backlog_events", "Events learned here and not yet shared (Redis away or slow).", cluster((c) => c.backlogEvents()));
+    r.gauge("llmroute_cluster_disconnects_total", "Times this instance lost Redis.", cluster((c) => c.counts.disconnects), "counter");
+    r.gauge("llmroute_cluster_events_total", "Cluster events: sent (shared by this instance), applied (from others), dropped (backlog full), malformed.", () => {
+      const c = this.live().cluster;
+      if (!c) return [];
+      return (["sent", "applied", "dropped", "malformed"] as const).map((k): [Record<string, string>, number] => [{ direction: k }, c.counts[k]]);
+    }, "counter");
     const engine = (signal: "running" | "waiting" | "kv_usage") =>
       replicas().flatMap((x): [Record<string, string>, number][] => {
         const v = x.engine?.values[signal];
@@ -106,7 +123,8 @@ export class Telemetry {
   }
 
   status(now: number): StatusDocument {
-    const { config, fleet, router, capacity, startedAt } = this.live();
+    const { config, fleet, router, capacity, startedAt, cluster } = this.live();
+    const clusterStatus = cluster?.status(now);
     const readings = new Map(capacity.readings.map((c) => [c.replica, c]));
     const replicas = fleet.replicas.map((r): ReplicaStatus => {
       const stats = router.index.replicaStats(r.name);
@@ -173,7 +191,8 @@ export class Telemetry {
       health_interval_s: config.health.interval_ms / 1000,
       fleet: { working_set_tokens: capacity.fleet.workingSetTokens, kv_tokens: capacity.fleet.kvTokens },
       replicas,
-      warnings: replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)),
+      cluster: clusterStatus ?? null,
+      warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(clusterStatus?.warnings.map((w) => `cluster: ${w}`) ?? [])],
     };
   }
 }
@@ -227,5 +246,7 @@ export interface StatusDocument {
   /** Distinct prefixes across replicas (each once) vs the summed kv_tokens. */
   fleet: { working_set_tokens: number; kv_tokens: number };
   replicas: ReplicaStatus[];
+  /** The router instances sharing state through Redis; null without [cluster]. */
+  cluster: ClusterStatus | null;
   warnings: string[];
 }

@@ -13,7 +13,7 @@ import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
-import type { RouteEstimate, Router, Verdict } from "../route/router.ts";
+import type { FleetView, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
 import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
@@ -64,6 +64,17 @@ export interface ProxyDeps {
   bodyTimeoutMs?: number;
   /** Called once per finished request (metrics). */
   onRecord?: (record: RequestRecord) => void;
+  /** State shared with other router instances (src/cluster); absent = this instance alone. */
+  cluster?: {
+    /** The replica's view with the other instances' in-flight requests and queued prefill added. */
+    view(replica: Replica): FleetView;
+    /** This instance's in-flight requests or queued prefill changed. */
+    loadChanged(): void;
+    /** The answer to a decision committed at `committedAt` ends now (its load is gone too); its next turn may go to another instance. */
+    answered(committedAt: number): void;
+    /** The owner of a Responses API id not mirrored here yet (asks the shared store, briefly). */
+    responseOwner(id: string): Promise<string | undefined>;
+  };
 }
 
 export interface Proxy {
@@ -205,15 +216,18 @@ export function createProxy(deps: ProxyDeps): Proxy {
       failovers: 0,
       routing: config.routing,
     };
+    // A follow-up can reach this instance before the cluster brings its response id here.
+    const previous = shape.previousResponseId;
+    if (previous && deps.cluster && router.responseOwner(previous) === undefined) await deps.cluster.responseOwner(previous);
     // A Responses API follow-up can only be served where its response is stored.
-    const owner = shape.previousResponseId ? router.responseOwner(shape.previousResponseId) : undefined;
+    const owner = previous ? router.responseOwner(previous) : undefined;
 
     const tried = new Set<string>();
     const failures: string[] = [];
     let allTimedOut = true;
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
-      const { views, panic } = fleet.views(pool, tried, shape.model);
+      const { views, panic } = fleet.views(pool, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
       // Its replica is here but cannot take it: the state exists nowhere else. (A replica
       // outside this pool, e.g. serving another model, is the engines' business.)
       if (owner && views.some((v) => v.name === owner && !v.healthy)) {
@@ -298,6 +312,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica.inflight++;
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
+    deps.cluster?.loadChanged();
     const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
       abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });
 
@@ -319,6 +334,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const fail = (error?: unknown, when = ""): Attempt => {
       clearDeadlines();
       replica.inflight--;
+      replica.prefill.end(prefill);
+      deps.cluster?.loadChanged();
       release();
       if (stop?.kind === "client" || req.signal.aborted) {
         fleet.released(replica);
@@ -373,6 +390,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const ttftMs = now() - ctx.started;
     // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
     replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
+    deps.cluster?.loadChanged();
     // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
     if (res.status < 500) fleet.succeeded(replica);
     else fleet.released(replica);
@@ -401,6 +419,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
         if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
         if (res.status < 300) verdict = router.feedback(replica.name, est, usage.cachedTokens);
       }
+      // What this answer taught (its response id, a correction) and its decision go out before its end does.
+      deps.cluster?.answered(decided.committedAt);
       record({
         endpoint: ctx.shape.endpoint,
         model: ctx.shape.model,

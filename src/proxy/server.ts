@@ -6,6 +6,7 @@
  * Used by `llmroute serve`, the bench (in-process, one per policy) and tests.
  */
 import type { Server } from "bun";
+import { Cluster } from "../cluster/cluster.ts";
 import type { Config } from "../config.ts";
 import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
@@ -29,6 +30,8 @@ export interface RouterServer {
   fleet: Fleet;
   router: Router;
   telemetry: Telemetry;
+  /** Shared state with the other router instances, when [cluster] is configured. */
+  cluster?: Cluster;
   app: App;
   log: Log;
   /** Apply a new config: replicas added/removed, policy and thresholds changed; pins of surviving replicas kept. */
@@ -74,7 +77,15 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   });
   const capacity = new CapacityWatch(log);
   const startedAt = Date.now();
-  const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt }));
+  const c = config.cluster;
+  const cluster = c
+    ? new Cluster(
+        { redis: c.redis, name: c.name, namespace: c.namespace, catchUpTimeoutMs: c.catch_up_timeout_ms, snapshotMs: c.snapshot_interval_ms, responseTtlMs: config.routing.index_ttl_ms },
+        { router, fleet, log },
+      )
+    : undefined;
+  router.sink = cluster?.sink;
+  const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt, cluster }));
 
   if (config.routing.state_file) {
     // The index is a hint: an unreadable or corrupt file means a cold start, never a refusal to start.
@@ -84,7 +95,8 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   }
   // Every request that finished may have changed what the state file holds.
   let changes = 0;
-  await fleet.checkAll();
+  // A new instance catches up from the cluster (bounded by catch_up_timeout) before it serves.
+  await Promise.all([fleet.checkAll(), cluster?.start()]);
 
   const proxy = createProxy({
     config: () => config,
@@ -95,6 +107,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     fetch: options.fetch,
     reachability: options.reachability,
     bodyTimeoutMs: options.bodyTimeoutMs,
+    ...(cluster ? { cluster } : {}),
     onRecord: (record) => {
       changes++;
       telemetry.record(record);
@@ -196,18 +209,21 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     fleet,
     router,
     telemetry,
+    ...(cluster ? { cluster } : {}),
     app,
     log,
     async reload(next) {
-      const restart = (["listen", "admin_listen", "log_format"] as const).filter(
+      const restart: string[] = (["listen", "admin_listen", "log_format"] as const).filter(
         (k) => JSON.stringify(next.server[k]) !== JSON.stringify(config.server[k]),
       );
+      if (JSON.stringify(next.cluster) !== JSON.stringify(config.cluster)) restart.push("cluster");
       if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
-      next = { ...next, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
+      next = { ...next, cluster: config.cluster, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
       const { added, removed, replaced } = fleet.reconcile(next.replicas);
       // A replica whose URL changed is another engine: what the old one cached is not there.
       for (const name of [...removed, ...replaced]) {
-        router.forget(name);
+        // This instance's config changed, not the replica: the other instances are not told.
+        router.forget(name, false);
         capacity.drop(name);
       }
       router.policy = createPolicy(next.routing.policy);
@@ -241,6 +257,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
         }
       }
       await Promise.all(servers.map((s) => s.stop(true)));
+      await cluster?.stop();
       await saving;
       await persist("stop");
     },

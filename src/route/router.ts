@@ -24,6 +24,19 @@ export interface RouterOptions {
   random?: () => number;
 }
 
+/**
+ * Where a router's learning goes besides its own index: src/cluster shares it with the
+ * other router instances. Called after the local state changed, never awaited.
+ */
+export interface RouterSink {
+  commit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void;
+  /** The replica's cache is gone (it restarted): forget everything it held. */
+  forget(replica: string): void;
+  /** The engine evicted what the replica last used at or before `usedBy`. */
+  forgetUsedBy(replica: string, usedBy: number): void;
+  response(id: string, replica: string): void;
+}
+
 /** What the fleet knows of a replica; the router adds what its index knows. */
 export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
   /** Commit time (ms) of the oldest request sent here that has not reached its first byte. */
@@ -77,6 +90,8 @@ export class Router {
   maxInflight: number;
   cacheAware: CacheAwareOptions;
   readonly index: PrefixIndex;
+  /** Set when this router shares its state with other instances (src/cluster). */
+  sink?: RouterSink;
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;
   private readonly responses = new Map<string, string>();
@@ -154,6 +169,13 @@ export class Router {
     if (decision.usedCounter) this.counter++;
     for (const chain of input.chains) this.index.record(chain, decision.replica, now, input.shape.continuation);
     if (input.shape.session) remember(this.sessions, sessionKey(input), decision.replica, this.maxSessions);
+    this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, input.shape.session ? sessionKey(input) : undefined);
+  }
+
+  /** Another router instance committed a decision: the same record, not shared again. */
+  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void {
+    for (const chain of chains) this.index.record(chain, replica, now, continued);
+    if (session) remember(this.sessions, session, replica, this.maxSessions);
   }
 
   /**
@@ -183,7 +205,11 @@ export class Router {
     }
     truth.misses++;
     if (truth.hits === 0 && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
-    if (!truth.distrusted) truth.corrected += this.index.forgetUsedBy(replica, estimate.matchedAt);
+    if (!truth.distrusted) {
+      const dropped = this.index.forgetUsedBy(replica, estimate.matchedAt);
+      truth.corrected += dropped;
+      if (dropped > 0) this.sink?.forgetUsedBy(replica, estimate.matchedAt);
+    }
     return "miss";
   }
 
@@ -193,9 +219,10 @@ export class Router {
     return t;
   }
 
-  /** A Responses API response `id` was produced by `replica`. */
-  rememberResponse(id: string, replica: string): void {
+  /** A Responses API response `id` was produced by `replica` (`share`: tell the sink). */
+  rememberResponse(id: string, replica: string, share = true): void {
     remember(this.responses, id, replica, this.maxResponses);
+    if (share) this.sink?.response(id, replica);
   }
 
   /** The replica holding a Responses API response's state, if known. */
@@ -208,12 +235,17 @@ export class Router {
     return [...this.responses];
   }
 
-  /** Forget what a replica held: it restarted (its cache is gone) or left the fleet. */
-  forget(replica: string): void {
+  /**
+   * Forget what a replica held: it restarted (its cache is gone) or left the fleet. `share`
+   * tells the sink (a restart is news for every instance; a replica leaving this instance's
+   * config is not, and what another instance heard from elsewhere is not shared again).
+   */
+  forget(replica: string, share = true): void {
     this.index.forget(replica);
     this.truths.delete(replica);
     for (const [id, owner] of this.responses) if (owner === replica) this.responses.delete(id);
     for (const [key, owner] of this.sessions) if (owner === replica) this.sessions.delete(key);
+    if (share) this.sink?.forget(replica);
   }
 
   /** Per replica, what it holds of the request: summed over sequences, the newest use. */

@@ -53,6 +53,7 @@ function doc(replicas: ReplicaStatus[], over: Partial<StatusDocument> = {}): Sta
     uptime_s: 60,
     healthy: replicas.filter((r) => r.healthy).length,
     panic: false,
+    cluster: null,
     index: { entries: 40, max_entries: 1000, memory_bytes: 52_224 },
     capacity_window_s: 300,
     health_interval_s: 10,

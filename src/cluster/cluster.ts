@@ -1,0 +1,823 @@
+/**
+ * Several router instances, one view: each instance keeps its own index as a mirror of the
+ * cluster's and never waits on Redis to decide. What it learns (commits, corrections,
+ * Responses ids) goes out after the decision, in batches, with one Lua call that appends the
+ * batch to a Redis stream (the history a newcomer catches up from) and publishes it with its
+ * stream id (how the others get it at once: pub/sub costs Redis and every instance about
+ * half of what a blocked stream read costs per event). Load (in flight, queued prefill per
+ * replica) and heartbeats go over pub/sub too: only the latest value matters. A periodic
+ * snapshot of the index, taken by one instance at a time, plus the stream since it, is how a
+ * new or restarted instance catches up before it serves.
+ *
+ * Redis away (down, slow, partitioned): the instance routes on its local view, keeps what
+ * it learns in a bounded backlog, and sends it when Redis is back; on reconnecting it reads
+ * the stream from the last id it applied, so the instances converge again. Redis restarted
+ * empty: the backlog and a fresh snapshot refill it.
+ *
+ * Keys (prefix `<namespace>:v<identity version>:`): `log` (stream), `snapshot` (binary),
+ * `snapshot:meta` (JSON), `snapshot:lock`, `epoch` (says whether Redis lost its data),
+ * `response:<id>` (owner, for a follow-up that outruns the event); channels `events`, `load`.
+ */
+import { RedisClient } from "bun";
+import type { Fleet, Replica } from "../fleet/fleet.ts";
+import { DEFAULT_PREFILL_RATE } from "../fleet/prefill.ts";
+import type { Log } from "../log.ts";
+import { IDENTITY_VERSION } from "../route/chain.ts";
+import type { FleetView, Router, RouterSink } from "../route/router.ts";
+import { BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
+import { mergeLoad, PeerTable } from "./load.ts";
+import { decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
+
+export interface ClusterSettings {
+  /** redis:// or rediss:// URL, credentials included (never logged). */
+  redis: string;
+  name: string;
+  namespace: string;
+  catchUpTimeoutMs: number;
+  /** Responses API ids are kept in Redis this long (the index's TTL). */
+  responseTtlMs: number;
+  heartbeatMs?: number;
+  snapshotMs?: number;
+}
+
+export interface ClusterDeps {
+  router: Router;
+  fleet: Fleet;
+  log: Log;
+  now?: () => number;
+}
+
+export type ClusterState = "connecting" | "up" | "down" | "stopped";
+
+/** Instances that stop reporting for this many heartbeats are dropped with their load. */
+const PEER_TTL_BEATS = 3;
+/** A command unanswered this long marks Redis unreachable (a hung or partitioned server). */
+const STALL_MS = 2_000;
+const CONNECT_TIMEOUT_MS = 2_000;
+const READ_COUNT = 1_000;
+/** Events kept while Redis is away, in encoded bytes; the oldest go first beyond it. */
+const MAX_BACKLOG_BYTES = 64 << 20;
+/** Sends not yet acknowledged; beyond it, batches wait in the backlog (a slow Redis). */
+const MAX_UNACKED = 256;
+/** Stream entries kept at most, whatever the snapshots trim (a safety bound on memory). */
+const MAX_STREAM_ENTRIES = 1_000_000;
+/**
+ * Under steady traffic, events are written at most this often, in batches (the first after a
+ * quiet spell goes at once). Each write wakes this instance, Redis and every other instance
+ * about three times; measured (perf/cluster-overhead.ts) a 5 ms gap still cost ~100 µs of
+ * router CPU per request at 700 requests/s, 20 ms ~25 µs. A continuation cannot arrive
+ * sooner than its previous turn's answer, which takes longer than this.
+ */
+const FLUSH_GAP_MS = 20;
+/** Answers at least this slow write their decision's batch before the client sees their end. */
+const SETTLE_MS = 5;
+/** Load reports go out at most this often (plus every heartbeat). */
+const LOAD_GAP_MS = 50;
+/** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
+const LOOKUP_TIMEOUT_MS = 250;
+
+interface Session {
+  cmd: RedisClient;
+  sub: RedisClient;
+  dead: boolean;
+  failed: Promise<string>;
+  fail(reason: string): void;
+}
+
+export interface InstanceStatus {
+  name: string;
+  self: boolean;
+  /** ms since its last heartbeat arrived (0 for this instance). */
+  last_heartbeat_ms: number;
+  /** Its sync lag: how old the newest event it applied was when it applied it (ms). */
+  lag_ms: number;
+  inflight: number;
+}
+
+export interface ClusterStatus {
+  name: string;
+  redis: string;
+  namespace: string;
+  state: ClusterState;
+  since: string;
+  last_error: string | null;
+  instances: InstanceStatus[];
+  lag_ms: number;
+  applied_id: string;
+  backlog_events: number;
+  events: { sent: number; applied: number; dropped: number; malformed: number };
+  disconnects: number;
+  snapshot: { at: string; by: string; bytes: number } | null;
+  catch_up: { ms: number; restored_entries: number; replayed_events: number; complete: boolean } | null;
+  warnings: string[];
+}
+
+export class Cluster {
+  readonly incarnation = crypto.randomUUID().slice(0, 8);
+  state: ClusterState = "connecting";
+  private since: number;
+  private lastError: string | null = null;
+  private stopped = false;
+  private session?: Session;
+  private loop?: Promise<void>;
+  private timers: ReturnType<typeof setInterval>[] = [];
+  private wake?: () => void;
+
+  private epoch?: string;
+  /** The stream id applied up to. */
+  private lastId = "0-0";
+  private readonly writer = new BatchWriter();
+  private flushScheduled = false;
+  private flushTimer?: ReturnType<typeof setTimeout>;
+  /** When the oldest event of the batch being gathered happened. */
+  private batchSince = 0;
+  private lastFlushAt = -Infinity;
+  /** Encoded batches not yet sent (Redis away or slow), oldest first, with their event counts. */
+  private outbox: { payload: string; events: number }[] = [];
+  private outboxBytes = 0;
+  /** Sent and not acknowledged yet, oldest first, with when they were sent (the heartbeat watches their age). */
+  private readonly unacked = new Map<number, { payload: string; events: number; sentAt?: number }>();
+  /** Published batches that arrive while the stream is being read (catching up): applied after it. */
+  private live?: string[];
+  private sendSeq = 0;
+  private readonly responseKeys: [string, string][] = [];
+  private loadScheduled = false;
+  private lastLoadAt = -Infinity;
+  private lastOwnEcho = 0;
+  private snapshotting = false;
+  private warnedConnecting = false;
+  private wantSnapshot = false;
+
+  private readonly peers: PeerTable;
+  private readonly keys: { log: string; snapshot: string; meta: string; lock: string; epoch: string; response: (id: string) => string; load: string; events: string };
+  private readonly heartbeatMs: number;
+  private readonly snapshotMs: number;
+  private readonly now: () => number;
+  private readonly warnedNames = new Set<string>();
+
+  lagMs = 0;
+  readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, disconnects: 0 };
+  snapshotInfo: { at: number; by: string; bytes: number } | null = null;
+  catchUp: { ms: number; restoredEntries: number; replayedEvents: number; complete: boolean } | null = null;
+  private caughtUp?: () => void;
+
+  constructor(
+    readonly settings: ClusterSettings,
+    private readonly deps: ClusterDeps,
+  ) {
+    this.now = deps.now ?? Date.now;
+    this.since = this.now();
+    this.heartbeatMs = settings.heartbeatMs ?? 1_000;
+    this.snapshotMs = settings.snapshotMs ?? 30_000;
+    this.peers = new PeerTable(this.incarnation, this.heartbeatMs * PEER_TTL_BEATS);
+    const p = `${settings.namespace}:v${IDENTITY_VERSION}:`;
+    this.keys = {
+      log: `${p}log`,
+      snapshot: `${p}snapshot`,
+      meta: `${p}snapshot:meta`,
+      lock: `${p}snapshot:lock`,
+      epoch: `${p}epoch`,
+      response: (id) => `${p}response:${id}`,
+      load: `${p}load`,
+      events: `${p}events`,
+    };
+  }
+
+  /** Where the router's learning goes: batched into the stream after the decision. */
+  readonly sink: RouterSink = {
+    commit: (chains, replica, at, continued, session) =>
+      this.emit({ kind: "commit", at, replica, continued, chains, ...(session === undefined ? {} : { session }) }),
+    forget: (replica) => this.emit({ kind: "forget", at: this.now(), replica }),
+    forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
+    response: (id, replica) => {
+      this.emit({ kind: "response", at: this.now(), replica, id });
+      this.responseKeys.push([id, replica]);
+    },
+  };
+
+  /** Redis host and port, without credentials (for logs and /status). */
+  get where(): string {
+    try {
+      const u = new URL(this.settings.redis);
+      return `${u.protocol}//${u.host}`;
+    } catch {
+      return "redis";
+    }
+  }
+
+  /**
+   * Connect and catch up (snapshot, then the stream since it), at most catch_up_timeout;
+   * then keep the mirror up to date in the background, reconnecting whenever Redis is away.
+   */
+  async start(): Promise<void> {
+    const started = this.now();
+    // Instances behind a round-robin balancer would otherwise all spread their first cold
+    // requests to the same replica: each starts its spread counter somewhere else.
+    this.deps.router.counter += Math.floor(Math.random() * 0x10000);
+    const ready = new Promise<void>((resolve) => (this.caughtUp = resolve));
+    this.loop = this.run();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const inTime = await Promise.race([ready.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), this.settings.catchUpTimeoutMs)))]);
+    clearTimeout(timer);
+    if (!inTime) {
+      this.catchUp ??= { ms: this.now() - started, restoredEntries: 0, replayedEvents: 0, complete: false };
+      this.deps.log.warn("cluster: not caught up within catch_up_timeout; serving on this instance's view while it catches up", {
+        redis: this.where,
+        timeout_ms: this.settings.catchUpTimeoutMs,
+        error: this.lastError ?? undefined,
+      });
+    }
+    this.timers = [setInterval(() => this.heartbeat(), this.heartbeatMs), setInterval(() => void this.maybeSnapshot(), this.snapshotMs)];
+  }
+
+  /** Send what is pending (briefly), say goodbye so the others drop this instance's load, disconnect. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    for (const t of this.timers) clearInterval(t);
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushScheduled = true;
+    this.flush();
+    const s = this.session;
+    if (s && !s.dead && this.state === "up") {
+      this.drainOutbox();
+      const acked = Promise.all([...this.pendingAcks]);
+      await withTimeout(acked, 1_000).catch(() => {});
+      await withTimeout(s.cmd.publish(this.keys.load, JSON.stringify(this.loadMessage(true))), 500).catch(() => {});
+    }
+    this.stopped = true;
+    this.state = "stopped";
+    s?.fail("stopped");
+    this.wake?.();
+    await this.loop;
+  }
+
+  /** A replica's view with the other instances' in-flight requests and queued prefill added. */
+  view(replica: Replica): FleetView {
+    const view = replica.view();
+    return mergeLoad(
+      view,
+      { queuedTokens: replica.prefill.queuedTokens, pending: replica.prefill.size, engineWaiting: replica.engineWaiting, rateMeasured: measured(replica) },
+      this.peers.remote(replica.name, this.now()),
+    );
+  }
+
+  /**
+   * This instance's load changed: tell the others — at once when it has been quiet, else
+   * once at the end of a short gap. A request changes the load three times (sent, first
+   * byte, finished); one message each would cost every instance and Redis more CPU than
+   * the decision itself, and a prefill queue changes on the scale of the prefill.
+   */
+  loadChanged(): void {
+    if (this.loadScheduled || this.state !== "up") return;
+    this.loadScheduled = true;
+    const publish = () => {
+      this.loadScheduled = false;
+      this.publishLoad();
+    };
+    const wait = this.lastLoadAt + LOAD_GAP_MS - this.now();
+    if (wait <= 0) setImmediate(publish);
+    else setTimeout(publish, wait);
+  }
+
+  /**
+   * The answer to a decision committed at `committedAt` is about to reach its client, whose
+   * next turn may go to another instance: if that decision is still waiting in the batch,
+   * write the batch now. Not for answers faster than SETTLE_MS: no LLM generation is, and
+   * writing once per such request would cost more than the request (they wait ≤ the gap).
+   */
+  answered(committedAt: number): void {
+    this.loadChanged();
+    if (!this.flushScheduled || this.batchSince > committedAt || this.now() - committedAt < SETTLE_MS) return;
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flush();
+  }
+
+  /**
+   * The owner of a Responses API id this instance has not mirrored yet: a client can send the
+   * follow-up to another instance before the stream brings it there. Asks Redis, briefly;
+   * never when Redis is away.
+   */
+  async responseOwner(id: string): Promise<string | undefined> {
+    const s = this.session;
+    if (!s || s.dead || this.state !== "up") return undefined;
+    try {
+      const owner = await withTimeout(s.cmd.get(this.keys.response(id)), LOOKUP_TIMEOUT_MS);
+      if (owner && this.deps.fleet.byName(owner)) {
+        this.deps.router.rememberResponse(id, owner, false);
+        return owner;
+      }
+    } catch {
+      // Slow or away: route as if it were unknown.
+    }
+    return undefined;
+  }
+
+  status(now: number = this.now()): ClusterStatus {
+    const self: InstanceStatus = {
+      name: this.settings.name,
+      self: true,
+      last_heartbeat_ms: 0,
+      lag_ms: Math.round(this.lagMs * 10) / 10,
+      inflight: this.deps.fleet.replicas.reduce((a, r) => a + r.inflight, 0),
+    };
+    const peers = this.peers.list(now).map(
+      (p): InstanceStatus => ({
+        name: p.name,
+        self: false,
+        last_heartbeat_ms: Math.max(0, now - p.seenAt),
+        lag_ms: Math.round(p.lag * 10) / 10,
+        inflight: Object.values(p.load).reduce((a, l) => a + l[0], 0),
+      }),
+    );
+    const warnings: string[] = [];
+    if (this.state !== "up") {
+      warnings.push(
+        `Redis ${this.where} unreachable since ${new Date(this.since).toISOString()}${this.lastError ? ` (${this.lastError})` : ""}: routing on this instance's own view; ${plural(this.backlogEvents(), "event")} waiting to be shared`,
+      );
+    }
+    if (this.counts.dropped > 0) warnings.push(`${plural(this.counts.dropped, "event")} dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
+    for (const name of this.warnedNames) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
+    return {
+      name: this.settings.name,
+      redis: this.where,
+      namespace: this.settings.namespace,
+      state: this.state,
+      since: new Date(this.since).toISOString(),
+      last_error: this.lastError,
+      instances: [self, ...peers.sort((a, b) => a.name.localeCompare(b.name))],
+      lag_ms: self.lag_ms,
+      applied_id: this.lastId,
+      backlog_events: this.backlogEvents(),
+      events: { sent: this.counts.sent, applied: this.counts.applied, dropped: this.counts.dropped, malformed: this.counts.malformed },
+      disconnects: this.counts.disconnects,
+      snapshot: this.snapshotInfo ? { at: new Date(this.snapshotInfo.at).toISOString(), by: this.snapshotInfo.by, bytes: this.snapshotInfo.bytes } : null,
+      catch_up: this.catchUp
+        ? { ms: this.catchUp.ms, restored_entries: this.catchUp.restoredEntries, replayed_events: this.catchUp.replayedEvents, complete: this.catchUp.complete }
+        : null,
+      warnings,
+    };
+  }
+
+  /** Instances seen alive, this one included. */
+  instanceCount(now: number = this.now()): number {
+    return 1 + this.peers.list(now).length;
+  }
+
+  backlogEvents(): number {
+    let n = this.writer.events;
+    for (const b of this.outbox) n += b.events;
+    for (const b of this.unacked.values()) n += b.events;
+    return n;
+  }
+
+  // --- connection -------------------------------------------------------------------------
+
+  private async run(): Promise<void> {
+    let backoff = 100;
+    while (!this.stopped) {
+      let session: Session | undefined;
+      let reason: string;
+      try {
+        session = await this.open();
+        backoff = 100;
+        reason = await session.failed;
+      } catch (error) {
+        reason = describe(error);
+      }
+      if (session) this.close(session);
+      if (this.stopped) return;
+      this.markDown(reason);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, backoff);
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      backoff = Math.min(backoff * 2, 2_000);
+    }
+  }
+
+  private async open(): Promise<Session> {
+    const options = { autoReconnect: false, enableOfflineQueue: false, connectionTimeout: CONNECT_TIMEOUT_MS };
+    const cmd = new RedisClient(this.settings.redis, options);
+    let failNow: (reason: string) => void = () => {};
+    const session: Session = {
+      cmd,
+      sub: cmd,
+      dead: false,
+      failed: new Promise<string>((resolve) => (failNow = resolve)),
+      fail: (reason) => {
+        if (session.dead) return;
+        session.dead = true;
+        failNow(reason);
+      },
+    };
+    const watch = (c: RedisClient) => {
+      c.onclose = (error) => session.fail(`connection closed${error?.message ? `: ${error.message}` : ""}`);
+    };
+    try {
+      await withTimeout(cmd.connect(), CONNECT_TIMEOUT_MS, "connect");
+      watch(cmd);
+      session.sub = await withTimeout(cmd.duplicate(), CONNECT_TIMEOUT_MS, "connect");
+      watch(session.sub);
+
+      const started = this.now();
+      await withTimeout(cmd.send("SET", [this.keys.epoch, crypto.randomUUID(), "NX"]), STALL_MS);
+      const epoch = (await withTimeout(cmd.get(this.keys.epoch), STALL_MS)) ?? "";
+      const meta = parseMeta(await withTimeout(cmd.get(this.keys.meta), STALL_MS));
+      let restored = 0;
+      if (this.epoch === undefined) {
+        // First connection of this process: the snapshot, then the stream since it.
+        if (meta) restored = await this.restoreSnapshot(cmd);
+      } else if (epoch !== this.epoch) {
+        // Redis lost its data (restarted without persistence, or flushed): read the new
+        // stream from its start, and put a full snapshot back for instances yet to come.
+        this.lastId = "0-0";
+        this.wantSnapshot = true;
+        this.deps.log.warn("cluster: Redis lost the shared state (restarted empty?); re-sharing this instance's view", { redis: this.where });
+      } else if (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0) {
+        // Away long enough that what it missed was trimmed: the snapshot has it.
+        restored = await this.restoreSnapshot(cmd);
+      }
+      this.epoch = epoch;
+      // Subscribe first, then read the stream: what is published meanwhile waits, and is
+      // applied after what the stream held (both carry stream ids; none is applied twice).
+      this.live = [];
+      await withTimeout(session.sub.subscribe(this.keys.load, (message) => this.onLoad(message)), STALL_MS);
+      await withTimeout(session.sub.subscribe(this.keys.events, (message) => this.onEvents(message)), STALL_MS);
+      const replayed = await this.drain(session);
+      const waiting = this.live;
+      this.live = undefined;
+      for (const message of waiting) this.onEvents(message);
+      if (!this.catchUp) this.catchUp = { ms: this.now() - started, restoredEntries: restored, replayedEvents: replayed, complete: true };
+      else if (!this.catchUp.complete) Object.assign(this.catchUp, { complete: true, restoredEntries: restored, replayedEvents: replayed });
+    } catch (error) {
+      session.fail(describe(error));
+      this.close(session);
+      throw error;
+    }
+
+    const wasDown = this.state === "down";
+    this.session = session;
+    this.state = "up";
+    this.since = this.now();
+    this.lastOwnEcho = this.now();
+    if (wasDown) this.deps.log.info("cluster: Redis reachable again; sharing the backlog", { redis: this.where, backlog_events: this.backlogEvents() });
+    else this.deps.log.info("cluster: joined", { redis: this.where, name: this.settings.name, applied: this.lastId });
+    this.caughtUp?.();
+    this.drainOutbox();
+    this.publishLoad();
+    if (this.wantSnapshot) void this.maybeSnapshot();
+    return session;
+  }
+
+  private close(s: Session): void {
+    s.fail("closed");
+    for (const c of new Set([s.cmd, s.sub])) {
+      c.onclose = null;
+      try {
+        c.close();
+      } catch {
+        // already closed
+      }
+    }
+    if (this.session === s) this.session = undefined;
+    // Whatever was sent but not acknowledged goes back to the front of the backlog.
+    if (this.unacked.size > 0) {
+      const back = [...this.unacked.values()];
+      this.unacked.clear();
+      this.outbox = [...back, ...this.outbox];
+      this.outboxBytes += back.reduce((a, b) => a + b.payload.length, 0);
+    }
+  }
+
+  private markDown(reason: string): void {
+    this.lastError = reason;
+    if (this.state === "up") {
+      this.counts.disconnects++;
+      this.since = this.now();
+      this.deps.log.warn("cluster: Redis unreachable; routing on this instance's own view", { redis: this.where, reason });
+    } else if (this.state === "connecting" && !this.warnedConnecting) {
+      this.warnedConnecting = true;
+      this.deps.log.warn("cluster: cannot reach Redis; routing on this instance's own view until it can", { redis: this.where, reason });
+    }
+    if (this.state !== "stopped") this.state = this.state === "connecting" ? "connecting" : "down";
+  }
+
+  // --- the stream -------------------------------------------------------------------------
+
+  /** Read what the stream holds past `lastId` (catching up); returns events applied. */
+  private async drain(s: Session): Promise<number> {
+    let applied = 0;
+    for (;;) {
+      const reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+      const entries = streamEntries(reply, this.keys.log);
+      for (const [id, fields] of entries) {
+        let from = "";
+        let payload = "";
+        for (let i = 0; i + 1 < fields.length; i += 2) {
+          if (fields[i] === "i") from = fields[i + 1]!;
+          else if (fields[i] === "p") payload = fields[i + 1]!;
+        }
+        applied += this.applyEntry(id, from, payload);
+      }
+      if (entries.length < READ_COUNT) return applied;
+    }
+  }
+
+  /** A batch as it was published: "<stream id> <incarnation> <payload>". */
+  private onEvents(message: string): void {
+    if (this.live) {
+      this.live.push(message);
+      return;
+    }
+    const a = message.indexOf(" ");
+    const b = message.indexOf(" ", a + 1);
+    if (a < 0 || b < 0) {
+      this.counts.malformed++;
+      return;
+    }
+    this.applyEntry(message.slice(0, a), message.slice(a + 1, b), message.slice(b + 1));
+  }
+
+  /** One stream entry, once: entries at or before `lastId` were applied already. */
+  private applyEntry(id: string, from: string, payload: string): number {
+    if (compareIds(id, this.lastId) <= 0) return 0;
+    this.lastId = id;
+    if (from === this.incarnation) return 0;
+    let batch: ClusterEvent[];
+    try {
+      batch = decodeBatch(Buffer.from(payload, "base64"));
+    } catch (error) {
+      this.counts.malformed++;
+      if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error: describe(error) });
+      return 0;
+    }
+    const now = this.now();
+    for (const event of batch) {
+      this.apply(event);
+      if (event.kind === "commit") this.peers.noteCommit(from, event.replica, event.at, now);
+      this.lagMs = Math.max(0, now - event.at);
+    }
+    this.counts.applied += batch.length;
+    return batch.length;
+  }
+
+  private apply(event: ClusterEvent): void {
+    const { router, fleet } = this.deps;
+    // Replicas this instance does not serve (configs may differ during a rollout) are not mirrored.
+    if (!fleet.byName(event.replica)) return;
+    switch (event.kind) {
+      case "commit":
+        router.applyCommit(event.chains, event.replica, event.at, event.continued, event.session);
+        break;
+      case "forget":
+        router.forget(event.replica, false);
+        break;
+      case "forget-used-by":
+        router.index.forgetUsedBy(event.replica, event.usedBy);
+        break;
+      case "response":
+        router.rememberResponse(event.id, event.replica, false);
+        break;
+    }
+  }
+
+  /**
+   * Events go out at once when this instance has been quiet, else together at the end of a
+   * short gap: under steady traffic one write carries many decisions, which is most of what
+   * sharing costs in CPU. A Responses id always goes at once: its follow-up may come at once.
+   */
+  private emit(event: ClusterEvent): void {
+    if (this.stopped) return;
+    if (this.writer.empty) this.batchSince = event.at;
+    this.writer.add(event);
+    if (event.kind === "response") {
+      if (this.flushTimer) clearTimeout(this.flushTimer);
+      this.flushTimer = undefined;
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+      return;
+    }
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    const wait = this.lastFlushAt + FLUSH_GAP_MS - this.now();
+    if (wait <= 0) setImmediate(() => this.flush());
+    else this.flushTimer = setTimeout(() => this.flush(), wait);
+  }
+
+  private flush(): void {
+    if (!this.flushScheduled) return;
+    this.flushScheduled = false;
+    this.flushTimer = undefined;
+    this.lastFlushAt = this.now();
+    if (!this.writer.empty) {
+      const events = this.writer.events;
+      const bytes = this.writer.take();
+      const payload = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
+      this.outbox.push({ payload, events });
+      this.outboxBytes += payload.length;
+      while (this.outboxBytes > MAX_BACKLOG_BYTES && this.outbox.length > 1) {
+        const dropped = this.outbox.shift()!;
+        this.outboxBytes -= dropped.payload.length;
+        this.counts.dropped += dropped.events;
+      }
+    }
+    this.drainOutbox();
+  }
+
+  private readonly pendingAcks = new Set<Promise<unknown>>();
+
+  private drainOutbox(): void {
+    const s = this.session;
+    if (!s || s.dead || this.state !== "up") return;
+    while (this.outbox.length > 0 && this.unacked.size < MAX_UNACKED) {
+      const batch = this.outbox.shift()!;
+      this.outboxBytes -= batch.payload.length;
+      const seq = this.sendSeq++;
+      this.unacked.set(seq, { ...batch, sentAt: this.now() });
+      const sent = s.cmd.send("EVAL", [APPEND_AND_PUBLISH, "1", this.keys.log, this.keys.events, String(MAX_STREAM_ENTRIES), this.incarnation, batch.payload]).then(
+        () => {
+          if (this.unacked.delete(seq)) this.counts.sent += batch.events;
+          this.drainOutbox();
+        },
+        (error) => s.fail(`stream write: ${describe(error)}`),
+      );
+      this.pendingAcks.add(sent);
+      void sent.finally(() => this.pendingAcks.delete(sent));
+    }
+    const ttl = String(Math.max(1_000, this.settings.responseTtlMs));
+    for (const [id, replica] of this.responseKeys.splice(0)) {
+      s.cmd.send("SET", [this.keys.response(id), replica, "PX", ttl]).catch(() => {});
+    }
+  }
+
+  // --- load and heartbeats ----------------------------------------------------------------
+
+  private loadMessage(bye = false): LoadMessage {
+    const r: Record<string, ReplicaLoad> = {};
+    for (const x of this.deps.fleet.replicas) {
+      r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0, measured(x) ? Math.round(x.prefill.rate) : 0];
+    }
+    return { v: 1, i: this.incarnation, n: this.settings.name, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
+  }
+
+  private publishLoad(): void {
+    const s = this.session;
+    if (!s || s.dead || this.state !== "up") return;
+    this.lastLoadAt = this.now();
+    s.cmd.publish(this.keys.load, JSON.stringify(this.loadMessage())).catch((error) => s.fail(`publish: ${describe(error)}`));
+  }
+
+  private onLoad(text: string): void {
+    const m = decodeLoad(text);
+    if (!m) {
+      this.counts.malformed++;
+      return;
+    }
+    const now = this.now();
+    if (m.i === this.incarnation) {
+      this.lastOwnEcho = now;
+      return;
+    }
+    if (m.n === this.settings.name && !this.warnedNames.has(m.n)) {
+      this.warnedNames.add(m.n);
+      this.deps.log.warn("cluster: another instance has this instance's name; give each its own cluster.name", { name: m.n });
+    }
+    const known = this.peers.list(now).some((p) => p.incarnation === m.i);
+    this.peers.update(m, now);
+    if (!known && !m.bye) this.deps.log.info("cluster: instance seen", { instance: m.n });
+    if (m.bye) this.deps.log.info("cluster: instance left", { instance: m.n });
+  }
+
+  private heartbeat(): void {
+    const now = this.now();
+    for (const name of this.peers.expire(now)) this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
+    const s = this.session;
+    if (!s || s.dead || this.state !== "up") return;
+    // Our own heartbeats come back on the subscription; when they stop, it is dead. A write
+    // unanswered for long: Redis is hung or cut off (no reset ever comes).
+    if (now - this.lastOwnEcho > this.heartbeatMs * PEER_TTL_BEATS) return s.fail("no heartbeat came back on the subscription");
+    const oldest = this.unacked.values().next().value?.sentAt;
+    if (oldest !== undefined && now - oldest > STALL_MS) return s.fail(`a stream write was not answered within ${STALL_MS} ms`);
+    this.publishLoad();
+  }
+
+  // --- snapshots --------------------------------------------------------------------------
+
+  /** One instance at a time (a lock) writes the index and the Responses ids, then trims the stream. */
+  private async maybeSnapshot(): Promise<void> {
+    const s = this.session;
+    if (!s || s.dead || this.state !== "up" || this.snapshotting) return;
+    this.snapshotting = true;
+    try {
+      const won = await withTimeout(s.cmd.send("SET", [this.keys.lock, this.incarnation, "NX", "PX", String(Math.max(1_000, Math.floor(this.snapshotMs * 0.9)))]), STALL_MS);
+      if (won !== "OK") return;
+      const previous = parseMeta(await withTimeout(s.cmd.get(this.keys.meta), STALL_MS));
+      const id = this.lastId;
+      const at = this.now();
+      const blob = encodeSnapshot({ id, at, by: this.settings.name, responses: this.deps.router.savedResponses() }, this.deps.router.index.snapshot());
+      await withTimeout(s.cmd.set(this.keys.snapshot, blob), STALL_MS * 5);
+      // Keep one snapshot interval of stream behind the new snapshot, so an instance a little
+      // behind never misses what it has not read yet; older entries are in the snapshot.
+      const trimmed = previous && compareIds(previous.id, id) < 0 ? previous.id : undefined;
+      await withTimeout(s.cmd.set(this.keys.meta, JSON.stringify({ id, at, by: this.settings.name, bytes: blob.byteLength, ...(trimmed ? { trimmed } : {}) })), STALL_MS);
+      if (trimmed) await withTimeout(s.cmd.send("XTRIM", [this.keys.log, "MINID", trimmed]), STALL_MS);
+      this.snapshotInfo = { at, by: this.settings.name, bytes: blob.byteLength };
+      this.wantSnapshot = false;
+    } catch (error) {
+      this.deps.log.warn("cluster: snapshot failed", { error: describe(error) });
+    } finally {
+      this.snapshotting = false;
+    }
+  }
+
+  private async restoreSnapshot(cmd: RedisClient): Promise<number> {
+    const blob = await withTimeout(cmd.getBuffer(this.keys.snapshot), STALL_MS * 5);
+    if (!blob) return 0;
+    try {
+      const { header, index } = decodeSnapshot(blob);
+      const keep = (name: string) => this.deps.fleet.byName(name) !== undefined;
+      const { restored } = this.deps.router.index.restore(index, keep);
+      for (const [id, replica] of header.responses) if (keep(replica)) this.deps.router.rememberResponse(id, replica, false);
+      this.lastId = header.id;
+      this.snapshotInfo = { at: header.at, by: header.by, bytes: blob.byteLength };
+      return restored;
+    } catch (error) {
+      this.deps.log.warn("cluster: the shared snapshot is unreadable; catching up from the stream alone", { error: describe(error) });
+      return 0;
+    }
+  }
+}
+
+/**
+ * One round trip per batch: append to the stream (the history a newcomer catches up from)
+ * and publish it with its stream id (how the others get it at once). Atomic, so the
+ * published order is the stream's order.
+ */
+const APPEND_AND_PUBLISH = `local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'i', ARGV[3], 'p', ARGV[4])
+redis.call('PUBLISH', ARGV[1], id .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+return id`;
+
+/**
+ * Whether this instance has measured the replica's prefill rate: PrefillQueue starts at the
+ * default and a measured mean never lands on it exactly.
+ */
+function measured(replica: Replica): boolean {
+  return replica.prefill.rate !== DEFAULT_PREFILL_RATE;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+/** Stream ids "ms-seq" compared as numbers. */
+export function compareIds(a: string, b: string): number {
+  const [am = 0, as = 0] = a.split("-").map(Number);
+  const [bm = 0, bs = 0] = b.split("-").map(Number);
+  return am !== bm ? am - bm : as - bs;
+}
+
+/** XREAD's reply for one stream as [id, fields] pairs: a RESP3 map or a RESP2 array. */
+export function streamEntries(reply: unknown, key: string): [string, string[]][] {
+  if (!reply) return [];
+  let entries: unknown;
+  if (Array.isArray(reply)) entries = (reply.find((x) => Array.isArray(x) && x[0] === key) as unknown[] | undefined)?.[1];
+  else if (typeof reply === "object") entries = (reply as Record<string, unknown>)[key];
+  if (!Array.isArray(entries)) return [];
+  return entries.filter((e): e is [string, string[]] => Array.isArray(e) && typeof e[0] === "string" && Array.isArray(e[1]));
+}
+
+interface Meta {
+  id: string;
+  at: number;
+  by: string;
+  trimmed?: string;
+}
+
+function parseMeta(text: string | null): Meta | undefined {
+  if (!text) return undefined;
+  try {
+    const m = JSON.parse(text) as Meta;
+    return typeof m.id === "string" ? m : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number, what = "Redis"): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: string }).code;
+    return code && !error.message.includes(code) ? `${code}: ${error.message}` : error.message;
+  }
+  return String(error);
+}
