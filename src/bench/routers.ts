@@ -10,7 +10,7 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import { startRouter } from "../proxy/server.ts";
 import { sendChat, type FetchLike } from "./client.ts";
-import type { Arm } from "./targets.ts";
+import { claimRecord, type Arm, type IndexedRecord } from "./targets.ts";
 
 export interface RouterFleetOptions {
   routers: number;
@@ -19,18 +19,27 @@ export interface RouterFleetOptions {
 
 export async function routerFleetArm(config: Config, fleet: RouterFleetOptions, fetchImpl?: FetchLike): Promise<Arm> {
   const namespace = `llmroute-bench-${crypto.randomUUID().slice(0, 8)}`;
+  // Each instance's own records, so the hit-rate figures come from the instance that routed.
+  const pending: IndexedRecord[][] = Array.from({ length: fleet.routers }, () => []);
   const servers = await Promise.all(
     Array.from({ length: fleet.routers }, (_, i) =>
       startRouter(
         { ...config, cluster: { redis: fleet.redis, name: `bench-${i + 1}`, namespace, catch_up_timeout_ms: 5_000, snapshot_interval_ms: 30_000 } },
-        { log: memoryLog() },
+        { log: memoryLog(), onRecord: (r) => void (r.outcome === "ok" && pending[i]!.push(r)) },
       ),
     ),
   );
   let next = 0;
   return {
     name: config.routing.policy,
-    send: (body) => sendChat(servers[next++ % servers.length]!.url, body, { fetch: fetchImpl }),
+    async send(body) {
+      const i = next++ % servers.length;
+      const out = await sendChat(servers[i]!.url, body, { fetch: fetchImpl });
+      const record = claimRecord(pending[i]!, out);
+      if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
+      if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
+      return out;
+    },
     async status() {
       // Capacity warnings are per instance: the first one's view, like one router's.
       const res = await fetch(`${servers[0]!.url}/status`);
