@@ -10,7 +10,7 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import { startRouter } from "../proxy/server.ts";
 import { sendChat, type FetchLike } from "./client.ts";
-import { claimRecord, type Arm, type IndexedRecord } from "./targets.ts";
+import { withIndexView, type Arm, type IndexedRecord } from "./targets.ts";
 
 export interface RouterFleetOptions {
   routers: number;
@@ -34,11 +34,7 @@ export async function routerFleetArm(config: Config, fleet: RouterFleetOptions, 
     name: config.routing.policy,
     async send(body) {
       const i = next++ % servers.length;
-      const out = await sendChat(servers[i]!.url, body, { fetch: fetchImpl });
-      const record = claimRecord(pending[i]!, out);
-      if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
-      if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
-      return out;
+      return withIndexView(await sendChat(servers[i]!.url, body, { fetch: fetchImpl }), pending[i]!);
     },
     async status() {
       // Capacity warnings are per instance: the first one's view, like one router's.

@@ -95,6 +95,14 @@ export function claimRecord(pending: IndexedRecord[], out: Outcome): IndexedReco
   return i < 0 ? undefined : pending.splice(i, 1)[0];
 }
 
+/** The outcome with the index's view of the cache from the router's record of it. */
+export function withIndexView(out: Outcome, pending: IndexedRecord[]): Outcome {
+  const record = claimRecord(pending, out);
+  if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
+  if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
+  return out;
+}
+
 async function routerArm(config: Config, fetchImpl?: FetchLike): Promise<Arm> {
   const pending: IndexedRecord[] = [];
   const server = await startRouter(config, {
@@ -107,11 +115,7 @@ async function routerArm(config: Config, fetchImpl?: FetchLike): Promise<Arm> {
   return {
     name,
     async send(body) {
-      const out = await sendChat(server.url, body, { fetch: fetchImpl });
-      const record = claimRecord(pending, out);
-      if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
-      if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
-      return out;
+      return withIndexView(await sendChat(server.url, body, { fetch: fetchImpl }), pending);
     },
     async status() {
       // GET /status also refreshes the capacity readings, like `llmroute status` does.
