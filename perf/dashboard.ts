@@ -5,7 +5,7 @@
  * GET /status, which refreshes the capacity readings by walking the index. Also the page's
  * size. Medians and p90 from one run; no timers run during the measurement.
  *
- *   npx bun bench/dashboard.ts
+ *   npx bun perf/dashboard.ts
  */
 import { gzipSync } from "node:zlib";
 import { parseConfig } from "../src/config.ts";
