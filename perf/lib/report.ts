@@ -191,6 +191,13 @@ export function renderReport(r: OverheadResults): string {
     rows.push([`router CPU per ${body.label} request (concurrency ${c}): µs`, ...arms.map((a) => (a === "direct" ? "—" : int(findCell(r.cells, a, body.id, c)?.armUs)))]);
   }
   out.push(`\n${markdownTable(head, rows)}`);
+  const alone = findCell(r.cells, "direct", small, 64);
+  if (alone) {
+    out.push(
+      `\nThe load side alone (direct, ${r.bodies[0]!.label}, concurrency 64): ${int(alone.rps)} req/s, with ${int(alone.clientUs)} µs of client and ${int(alone.engineUs)} µs of engine CPU per request` +
+        `${r.pinning ? ` on CPU ${r.pinning.load}` : ""}. An arm far below that rate is limited by itself, not by the client.`,
+    );
+  }
 
   // Ratios.
   const others = ["passthrough", "haproxy", "nginx"].filter((a) => arms.includes(a));

@@ -109,6 +109,10 @@ describe("renderReport", () => {
     expect(text).toContain("| router CPU per small (1.0 KB) request (concurrency 64): µs | — | 60 | 80 | 200 |");
   });
 
+  it("says what the client and the engine do alone, so a reader can tell the load side is not the limit", () => {
+    expect(text).toContain("The load side alone (direct, small (1.0 KB), concurrency 64): 14,000 req/s, with 20 µs of client and 40 µs of engine CPU per request on CPU 0.");
+  });
+
   it("prints the ratios against every other proxy", () => {
     expect(text).toContain("| small (1.0 KB), concurrency 64 | 0.50× | 0.40× | 2.50× |");
   });
