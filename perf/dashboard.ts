@@ -5,7 +5,7 @@
  * GET /status, which refreshes the capacity readings by walking the index. Also the page's
  * size. Medians and p90 from one run; no timers run during the measurement.
  *
- *   npx bun bench/dashboard.ts
+ *   npx bun perf/dashboard.ts
  */
 import { gzipSync } from "node:zlib";
 import { parseConfig } from "../src/config.ts";
@@ -24,6 +24,12 @@ import { Router } from "../src/route/router.ts";
 import { quantile } from "../src/bench/stats.ts";
 
 const REPLICAS = 4;
+/** murmur3's finaliser: a well-spread 32-bit value from a counter. */
+const mix32 = (x: number) => {
+  x = Math.imul(x ^ (x >>> 16), 0x85ebca6b);
+  x = Math.imul(x ^ (x >>> 13), 0xc2b2ae35);
+  return (x ^ (x >>> 16)) >>> 0;
+};
 const LINKS_PER_CONVERSATION = 20;
 const fmt = (ms: number) => ms.toFixed(3).padStart(8);
 
@@ -101,8 +107,10 @@ for (const entries of [0, 200_000, 1_000_000]) {
   const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt: Date.now() }));
   const now = Date.now();
   for (let c = 0; router.index.size < entries; c++) {
-    // Distinct links per conversation: hash halves (conversation, link), 1,024 characters each.
-    const lo = Uint32Array.from({ length: LINKS_PER_CONVERSATION }, (_, k) => k + 1);
+    // Distinct links per conversation, 1,024 characters each. The low half is mixed like a
+    // real hash's: the index's table is keyed by it, and 20 distinct values would make every
+    // lookup probe through all conversations (the fill would never end).
+    const lo = Uint32Array.from({ length: LINKS_PER_CONVERSATION }, (_, k) => mix32(c * LINKS_PER_CONVERSATION + k + 1));
     const hi = new Uint32Array(LINKS_PER_CONVERSATION).fill(c + 1);
     const ends = Uint32Array.from({ length: LINKS_PER_CONVERSATION }, (_, k) => (k + 1) * 1024);
     router.index.record({ lo, hi, ends, length: LINKS_PER_CONVERSATION }, `gpu${c % REPLICAS}`, now - (c % 600) * 1000, true);
