@@ -183,8 +183,15 @@ describe("shared, pressured and llmd, two runs: ceilings, the decomposition, the
     expect(out.errors).toBe(0);
     expect(out.results.length).toBe(2);
     expect(out.results[0]!.run).not.toBe(out.results[1]!.run);
-    // Each run's arms start cold: its first request finds at most a block of template.
-    for (const r of out.results) for (const arm of r.workloads[0]!.arms) expect(arm.samples.find((s) => s.group === 0)!.cachedTokens).toBeLessThanOrEqual(16);
+    // Each run's arms start cold: every document's first prefill is a miss (at most a block
+    // of template cached). Which request of a document comes first at the engine is a race
+    // at these rates, so look for the cold one among them.
+    for (const r of out.results) {
+      for (const arm of r.workloads[0]!.arms) {
+        const docs = new Set(arm.samples.map((s) => s.index));
+        for (const doc of docs) expect(Math.min(...arm.samples.filter((s) => s.index === doc).map((s) => s.cachedTokens))).toBeLessThanOrEqual(16);
+      }
+    }
   });
 
   it("llmd: the warm-up sends every prompt once, then each rung its requests; the tables count them per run and pooled", () => {
