@@ -51,3 +51,6 @@ export const PROBE_FRESH_MS = 1_000;
 
 /** Retry-After for a request whose only possible replica is down (it is re-checked this often). */
 export const RETRY_AFTER_S = 2;
+
+/** A non-stream answer up to this size (declared by content-length) is read whole instead of relayed. */
+export const WHOLE_RESPONSE_MAX = 16 << 20;

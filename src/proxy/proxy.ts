@@ -15,7 +15,7 @@ import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
 import type { FleetView, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
-import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS } from "./_constants.ts";
+import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS, WHOLE_RESPONSE_MAX } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
 import { downstreamHeaders, upstreamHeaders, type ClientInfo } from "./headers.ts";
 import { createReachability, type Reachability } from "./reachability.ts";
@@ -372,15 +372,21 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return fail();
     }
 
-    // Wait for the first chunk before answering: until then a failure can still fail over.
-    const reader = res.body?.getReader();
+    // An answer of known, bounded length that is not a stream (a non-streamed completion, an
+    // error, /v1/models) is read whole: one read, no relay, and a failure while reading it
+    // can still fail over. Anything else waits for its first chunk, until which the same holds.
+    const contentType = res.headers.get("content-type") ?? "";
+    const isSse = contentType.includes("text/event-stream");
+    const declared = Number(res.headers.get("content-length") ?? Number.NaN);
+    const whole = !isSse && declared >= 0 && declared <= WHOLE_RESPONSE_MAX;
+    let all: Uint8Array | undefined;
+    const reader = whole ? undefined : res.body?.getReader();
     let first: { done: boolean; value?: Uint8Array } | undefined;
-    if (reader) {
-      try {
-        first = await reader.read();
-      } catch (error) {
-        return fail(error, " before the first byte");
-      }
+    try {
+      if (whole) all = await res.bytes();
+      else if (reader) first = await reader.read();
+    } catch (error) {
+      return fail(error, " before the first byte");
     }
     clearDeadlines();
     if (stop) {
@@ -399,8 +405,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     headers.set("x-llmroute-replica", replica.name);
     headers.set("x-llmroute-route", route);
 
-    const tap = new ResponseTap(res.headers.get("content-type"));
-    const isSse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
+    const tap = new ResponseTap(contentType);
     const stripper = ctx.stripUsage && isSse ? new UsageStripper() : undefined;
     let finished = false;
     const finish = (outcome: Outcome, error?: string) => {
@@ -442,9 +447,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
       });
     };
 
-    if (!reader || first?.done) {
+    if (all !== undefined || !reader || first?.done) {
+      if (all && all.byteLength > 0) tap.push(all);
       finish("ok");
-      return { kind: "response", response: new Response(null, { status: res.status, headers }) };
+      return { kind: "response", response: new Response(all && all.byteLength > 0 ? all : null, { status: res.status, headers }) };
     }
 
     const relay = (controller: ReadableStreamDefaultController<Uint8Array>, chunk: Uint8Array) => {

@@ -23,9 +23,26 @@ export async function readBody(req: Request, limit: number, timeoutMs: number): 
   const tooLarge = { ok: false, status: 413, message: `request body is larger than server.max_body (${limit} bytes)` } as const;
   if (declared > limit) return tooLarge;
   if (!req.body) return { ok: true, bytes: new Uint8Array() };
-  const reader = req.body.getReader();
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs)));
+  const timeoutMessage = `the request body did not arrive within ${Math.round(timeoutMs / 1000)} s`;
+  if (Number.isFinite(declared)) {
+    // Its length is known and within the limit: one native read (the server enforces the
+    // length), instead of a JS loop over chunks.
+    try {
+      const whole = await Promise.race([req.bytes(), timedOut]);
+      if (whole === "timeout") {
+        req.body.cancel().catch(() => {});
+        return { ok: false, status: 408, message: timeoutMessage };
+      }
+      return { ok: true, bytes: whole };
+    } catch {
+      return { ok: false, status: 499, message: "the client closed the connection before sending its whole body" };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {
@@ -38,7 +55,7 @@ export async function readBody(req: Request, limit: number, timeoutMs: number): 
       }
       if (next === "timeout") {
         reader.cancel().catch(() => {});
-        return { ok: false, status: 408, message: `the request body did not arrive within ${Math.round(timeoutMs / 1000)} s` };
+        return { ok: false, status: 408, message: timeoutMessage };
       }
       if (next.done) break;
       total += next.value.byteLength;
@@ -66,6 +83,9 @@ const FIELD_TYPES: Record<string, "string" | "boolean" | "array" | "object"> = {
   stream_options: "object",
 };
 
+const FIELDS = Object.entries(FIELD_TYPES);
+const WITH_MESSAGES = [...FIELDS, ["messages", "array"] as const];
+
 /** A routed endpoint's body: UTF-8 JSON, an object, not absurdly deep, the router's fields well typed. */
 export function parseBody(endpoint: Endpoint, bytes: Uint8Array): BodyCheck {
   if (bytes.byteLength === 0) return { ok: false, message: "request body is empty; expected a JSON object" };
@@ -86,8 +106,7 @@ export function parseBody(endpoint: Endpoint, bytes: Uint8Array): BodyCheck {
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) return { ok: false, message: "request body must be a JSON object" };
   const b = body as Record<string, unknown>;
-  const types = { ...FIELD_TYPES, ...(endpoint === "chat" || endpoint === "messages" ? { messages: "array" as const } : {}) };
-  for (const [field, want] of Object.entries(types)) {
+  for (const [field, want] of endpoint === "chat" || endpoint === "messages" ? WITH_MESSAGES : FIELDS) {
     const value = b[field];
     if (value === undefined || (value === null && field === "stream_options")) continue;
     const got = Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
