@@ -187,11 +187,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // they are; if they happen to be JSON, their `model` still picks the pool.
     let body: Record<string, unknown> | undefined;
     if (endpoint !== "other") {
-      const checked = parseBody(endpoint, bytes);
+      const checked = await parseBody(endpoint, bytes);
       if (!checked.ok) return reject(url, 400, checked.message, started, checked.param);
       body = checked.body;
     } else if (bytes.byteLength > 0 && (req.headers.get("content-type") ?? "").includes("json")) {
-      const checked = parseBody(endpoint, bytes);
+      const checked = await parseBody(endpoint, bytes);
       if (checked.ok) body = checked.body;
     }
 
