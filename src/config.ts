@@ -110,7 +110,7 @@ const DEFAULTS = {
     max_inflight: 0,
     max_attempts: 3,
     chunk_chars: 1024,
-    index_max_entries: 1_000_000,
+    index_max_entries: 2_000_000,
     index_ttl: "1h",
     capacity_window: "5m",
     connect_timeout: "5s",

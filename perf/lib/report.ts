@@ -99,6 +99,8 @@ export function targetsOf(r: OverheadResults): Target[] {
   const notRun = (arm: string) => (r.missing.find((m) => m.id === arm)?.why ?? `${label(arm)} not run`);
   const streamOf = (arm: string) => r.streams?.cells.find((c) => c.arm === arm);
   const at = r.memory?.sizes.find((s) => s.entries >= r.memory!.bound) ?? r.memory?.sizes.at(-1);
+  // The RSS limit is set at 1M entries (issue 12), whatever the default bound is.
+  const at1M = r.memory?.sizes.find((s) => s.entries >= 1_000_000) ?? at;
   const decisionMs = (tokens: number) =>
     r.decision?.rows.find((x) => x.policy === "hybrid" && x.tokens === tokens && x.indexEntries === r.decision!.indexEntries)?.medianMs ?? NaN;
   const perEntry = at ? at.indexBytes / at.entries : NaN;
@@ -134,8 +136,8 @@ export function targetsOf(r: OverheadResults): Target[] {
       measured: perEntry, limit: 100, op: "<=", unit: " B", digits: 0, missing: "memory not run",
     },
     {
-      text: `RSS with ${int(r.memory?.bound)} index entries (the index alone, fresh process)`,
-      measured: at?.rssMB ?? NaN, limit: 150, op: "<=", unit: " MB", digits: 0, missing: "memory not run",
+      text: `RSS with ${int(at1M?.entries)} index entries (the index alone, fresh process)`,
+      measured: at1M?.rssMB ?? NaN, limit: 150, op: "<=", unit: " MB", digits: 0, missing: "memory not run",
     },
     {
       text: `RSS of \`llmroute serve\` restored with ${int(r.memory?.router?.entries)} entries`,

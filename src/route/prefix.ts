@@ -407,7 +407,7 @@ export class PrefixIndex {
     let r = this.ids.get(replica);
     if (r !== undefined) return r;
     r = this.names.length;
-    if (r > 0xffff) throw new RangeError("more than 65,536 replica names");
+    if (r >= 0xffff) throw new RangeError("more than 65,535 replica names");
     this.ids.set(replica, r);
     this.names.push(replica);
     this.head.push(NIL);
@@ -655,13 +655,14 @@ const RECORD_BYTES = 32;
 class HashCounts {
   private keysLo = new Uint32Array(0);
   private keysHi = new Uint32Array(0);
-  private counts = new Int32Array(0);
+  /** How many replicas count the hash (at most one per replica: replica ids are 16-bit). */
+  private counts = new Uint16Array(0);
   private mask = -1;
   private size = 0;
   total = 0;
 
   memoryBytes(): number {
-    return this.counts.length * 12;
+    return this.counts.length * 10;
   }
 
   add(lo: number, hi: number, chars: number): void {
@@ -711,7 +712,7 @@ class HashCounts {
     const { keysLo, keysHi, counts } = this;
     this.keysLo = new Uint32Array(capacity);
     this.keysHi = new Uint32Array(capacity);
-    this.counts = new Int32Array(capacity);
+    this.counts = new Uint16Array(capacity);
     this.mask = capacity - 1;
     for (let i = 0; i < counts.length; i++) {
       if (counts[i] === 0) continue;
