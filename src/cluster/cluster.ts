@@ -20,7 +20,6 @@
  */
 import { RedisClient } from "bun";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
-import { DEFAULT_PREFILL_RATE } from "../fleet/prefill.ts";
 import type { Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
@@ -760,12 +759,9 @@ const APPEND_AND_PUBLISH = `local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~'
 redis.call('PUBLISH', ARGV[1], id .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 return id`;
 
-/**
- * Whether this instance has measured the replica's prefill rate: PrefillQueue starts at the
- * default and a measured mean never lands on it exactly.
- */
+/** Whether this instance has measured the replica's prefill rate. */
 function measured(replica: Replica): boolean {
-  return replica.prefill.rate !== DEFAULT_PREFILL_RATE;
+  return replica.prefill.measured;
 }
 
 function plural(n: number, word: string): string {

@@ -237,6 +237,16 @@ export class Fleet {
       v.healthy = !exclude.has(r.name) && (panic || r.routable);
       return v;
     });
+    // A replica not measured yet is priced at its measured peers' mean rate, not at a fixed
+    // guess: against sims at time scale 0.1, or cards faster than the guess, the guess made an
+    // idle replica look ten times slower, so it was never sent anything and never measured.
+    const measured = pool.flatMap((r, i) => (r.prefill.measured ? [views[i]!.prefillRate] : []));
+    if (measured.length > 0 && measured.length < pool.length) {
+      const mean = measured.reduce((a, b) => a + b, 0) / measured.length;
+      pool.forEach((r, i) => {
+        if (!r.prefill.measured && views[i]!.prefillRate === r.prefill.rate) views[i]!.prefillRate = mean;
+      });
+    }
     return { views, panic };
   }
 

@@ -35,6 +35,11 @@ export class PrefillQueue {
     return this.pending.size;
   }
 
+  /** A rate was measured here (else `rate` is the default: a fleet's views price it at its peers' mean). */
+  get measured(): boolean {
+    return this.seconds > 0;
+  }
+
   /** A request carrying `tokens` of prefill was sent; returns its handle. */
   begin(tokens: number, committedAt: number): number {
     const id = this.nextId++;

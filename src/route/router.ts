@@ -56,7 +56,7 @@ export interface RouteEstimate {
   settled: boolean;
   /** The chosen replica's characters per token, to turn the above into tokens. */
   charsPerToken: number;
-  /** Prompt tokens the chosen replica must prefill (its queue grows by this much). */
+  /** Prompt tokens the chosen replica must prefill (its queue grows by this much): all of them when the match is not settled. */
   uncachedTokens: number;
 }
 
@@ -126,6 +126,7 @@ export class Router {
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
+      const settled = view.pendingSince === undefined || m.lastUsed < view.pendingSince;
       return {
         ...decision,
         estimate: {
@@ -133,9 +134,11 @@ export class Router {
           availableChars: input.chains.length === 1 ? Math.max(0, ...matches.map((x) => x.chars)) : this.available(input.chains, replicas),
           capturedChars: m.chars,
           matchedAt: m.lastUsed,
-          settled: view.pendingSince === undefined || m.lastUsed < view.pendingSince,
+          settled,
           charsPerToken: view.charsPerToken,
-          uncachedTokens: Math.max(0, totalChars - m.chars) / view.charsPerToken,
+          // A prefix another request is still prefilling there is not cached yet: the engine
+          // computes it again for this one, and its queue grows by all of it.
+          uncachedTokens: Math.max(0, totalChars - (settled ? m.chars : 0)) / view.charsPerToken,
         },
       };
     };

@@ -69,6 +69,8 @@ describe("feedback: the engine's cached_tokens correct the index", () => {
     replicas[0]!.pendingSince = 5;
     const sibling = send(r, long("doc"), replicas, 6)!;
     expect(sibling.estimate.settled).toBe(false);
+    // The engine computes that prefix again for this one: its queue grows by all of it.
+    expect(sibling.estimate.uncachedTokens).toBe(sibling.estimate.totalChars / 4);
     expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("unsettled");
     expect(r.index.match(long("doc").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
   });
