@@ -76,6 +76,8 @@ export interface ReplicaTruth {
   unexpectedHits: number;
   /** Entries dropped because the engine had evicted them. */
   corrected: number;
+  /** The engine has delivered a real hit at least once. */
+  reported: boolean;
   /** The engine never delivered a predicted hit: its reports are not acted on (its cache may be off). */
   distrusted: boolean;
 }
@@ -183,8 +185,9 @@ export class Router {
 
   /**
    * What the engine delivered (usage's cached tokens) against what the decision expected.
-   * Far less than a settled prediction: the engine evicted that prefix, and an LRU cache
-   * evicts everything used before it first — drop those entries. More than predicted: a
+   * Short of a settled prediction (by more than block rounding): the engine evicted that
+   * prefix's tail, and an LRU cache evicts everything used before it first — drop those
+   * entries. More than predicted: a
    * hit the index did not know (the chain is recorded by the commit already). An engine
    * that never delivers a predicted hit is not believed, so a cache that is off (or an
    * engine that reports zeros) cannot empty the index.
@@ -201,13 +204,19 @@ export class Router {
     }
     if (predicted < JUDGE_TOKENS) return "cold";
     if (!estimate.settled) return "unsettled";
-    if (cachedTokens >= predicted / 2) {
-      truth.hits++;
+    // The engine caches: it has delivered a real hit (the index may still over-believe).
+    if (cachedTokens >= JUDGE_TOKENS) {
+      truth.reported = true;
       truth.distrusted = false;
+    }
+    // Delivered all but block rounding and template tokens: as predicted.
+    if (predicted - cachedTokens < JUDGE_TOKENS || cachedTokens >= predicted * 0.9) {
+      truth.hits++;
       return "hit";
     }
+    // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
     truth.misses++;
-    if (truth.hits === 0 && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
+    if (!truth.reported && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
     if (!truth.distrusted) {
       const dropped = this.index.forgetUsedBy(replica, estimate.matchedAt);
       truth.corrected += dropped;
@@ -218,7 +227,7 @@ export class Router {
 
   truthOf(replica: string): ReplicaTruth {
     let t = this.truths.get(replica);
-    if (!t) this.truths.set(replica, (t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, unexpectedHits: 0, corrected: 0, distrusted: false }));
+    if (!t) this.truths.set(replica, (t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, unexpectedHits: 0, corrected: 0, reported: false, distrusted: false }));
     return t;
   }
 

@@ -50,6 +50,15 @@ describe("feedback: the engine's cached_tokens correct the index", () => {
     expect(r.truthOf("gpu0")).toMatchObject({ misses: 1, hits: 0 });
   });
 
+  it("a partial delivery is a miss too: the engine evicted the prefix's tail, and what was used before it", () => {
+    const { r, replicas } = setup();
+    const again = send(r, long("old B"), replicas, 10)!;
+    // ~5,000 tokens expected; the engine had 3,000 of them
+    expect(r.feedback("gpu0", again.estimate, 3_000)).toBe("miss");
+    expect(r.index.match(long("old A").chains[0]!, "gpu0").depth).toBe(0);
+    expect(r.truthOf("gpu0")).toMatchObject({ misses: 1, reported: true, distrusted: false });
+  });
+
   it("a delivered hit confirms; a hit the index did not expect is counted", () => {
     const { r, replicas } = setup();
     const again = send(r, long("newer"), replicas, 10)!;

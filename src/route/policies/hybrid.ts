@@ -12,7 +12,8 @@
  * (the card whose recent prefixes plus this prompt overflow its budget least, when none do).
  *
  * Then every live replica is priced: estimated TTFT = (prefill tokens already queued there
- * + this request's tokens not cached there) ÷ that replica's measured prefill rate. The
+ * + this request's tokens not cached there + the recently used prefix KV they would evict
+ * from a full card, which is prefilled again later) ÷ that replica's measured prefill rate. The
  * rule's pick stands unless another replica is faster by more than `margin` of its estimate
  * and by `min_gain_tokens` of prefill (cost): a hot card is relieved, a conversation leaves
  * its owner only when the owner's queue costs more than re-prefilling it elsewhere, and a
@@ -36,7 +37,13 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       const up = live(replicas);
       if (up.length === 0) return undefined;
       const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
-      const estimate = (r: ReplicaView) => (r.queuedTokens + Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0)) / r.charsPerToken) / r.prefillRate;
+      const estimate = (r: ReplicaView) => {
+        const newChars = Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
+        // Prefix KV this request would push out of a full card is prefilled again later:
+        // priced now, so a prefix is not copied onto a card that has no room for it.
+        const evicted = Math.min(newChars, Math.max(0, r.recentChars + newChars - r.budgetChars));
+        return (r.queuedTokens + (newChars + evicted) / r.charsPerToken) / r.prefillRate;
+      };
 
       const pick = rulePick(up, ctx, o, estimate);
       const picked = up.find((r) => r.name === pick.replica)!;
