@@ -14,10 +14,12 @@
  * Then every live replica is priced: estimated TTFT = (prefill tokens already queued there
  * + this request's tokens not cached there + the recently used prefix KV they would evict
  * from a full card, which is prefilled again later) ÷ that replica's measured prefill rate. The
- * rule's pick stands unless another replica is faster by more than `margin` of its estimate
- * and by `min_gain_tokens` of prefill (cost): a hot card is relieved, a conversation leaves
- * its owner only when the owner's queue costs more than re-prefilling it elsewhere, and a
- * burst spreads even when it shares a prefix.
+ * rule's pick stands unless another replica is faster by more than `margin` of its estimate,
+ * by `min_gain_tokens` of prefill, and — when the pick holds the request's prefix — by more
+ * than prefilling that prefix again, since leaving copies it (cost): a hot card is relieved,
+ * a conversation leaves its owner only when the owner's queue costs more than re-prefilling
+ * it elsewhere, a hot document is copied only when its holder is far behind, and a burst
+ * spreads even when it shares a prefix.
  *
  * What it learns from: Dynamo prices prefill load against overlap credit but has no notion
  * of a conversation or of a card's KV room; SGLang's gateway follows a match above a ratio,
@@ -58,8 +60,12 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
           bestCost = cost;
         }
       }
+      // Leaving a replica that holds this request's prefix copies the prefix: the fleet
+      // prefills it again and holds it twice. Worth it only when the holder's queue costs
+      // more than that prefill on top of the usual margin.
+      const copied = pick.reason === "session" ? 0 : (held.get(picked.name) ?? 0) / picked.charsPerToken / picked.prefillRate;
       const gain = pickCost - bestCost;
-      if (best !== picked && gain > o.margin * pickCost && gain * picked.prefillRate >= o.min_gain_tokens) {
+      if (best !== picked && gain > Math.max(o.margin * pickCost, copied) && gain * picked.prefillRate >= o.min_gain_tokens) {
         return { replica: best.name, reason: "cost", ...(pick.usedCounter ? { usedCounter: true } : {}) };
       }
       return pick;
