@@ -84,7 +84,7 @@ export async function loadState(path: string, router: Router, keep: (replica: st
   let bytes: Uint8Array;
   try {
     if (!(await stat(path)).isFile()) return { status: "unusable", reason: "cannot read it: not a regular file" };
-    bytes = new Uint8Array(await readFile(path));
+    bytes = await readFile(path); // a Buffer is a Uint8Array: no copy of a file that may hold 60 MB
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return { status: "absent" };
     return { status: "unusable", reason: `cannot read it: ${(error as Error).message}` };

@@ -366,6 +366,9 @@ export class PrefixIndex {
     }
 
     let restored = 0;
+    // One allocation for all of them: doubling step by step would leave every smaller
+    // generation of the arrays behind as garbage the process keeps (RSS).
+    if (this.highWater + records > this.capacity) this.grow(this.highWater + records);
     const created = new Int32Array(records).fill(NIL);
     for (let i = 0; i < records; i++) {
       if (!keepRecord[i]) continue;
@@ -616,8 +619,9 @@ export class PrefixIndex {
     }
   }
 
-  private grow(): void {
-    const capacity = Math.max(MIN_CAPACITY, this.capacity * 2);
+  private grow(atLeast = 0): void {
+    let capacity = Math.max(MIN_CAPACITY, this.capacity * 2);
+    while (capacity < atLeast) capacity *= 2;
     const copy = <T extends Uint8Array | Uint16Array | Uint32Array | Int32Array | Float64Array>(from: T, make: (n: number) => T): T => {
       const to = make(capacity);
       to.set(from);
