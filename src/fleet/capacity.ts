@@ -62,7 +62,7 @@ export class CapacityWatch {
     const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
     const fmt = (n: number) => n.toLocaleString("en-US");
     const advice = fleetFits
-      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help (policy cache-aware puts new conversations on the card with the smallest working set and keeps each shared prefix on one card); if it does not, ${CAPACITY_LEVERS}`
+      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help (the default policy, hybrid, puts a new conversation on a card with KV room and copies a shared prefix only when its holder is far behind; cache-aware places by the smallest working set); if it does not, ${CAPACITY_LEVERS}`
       : `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}), so routing cannot fix this: ${CAPACITY_LEVERS}`;
 
     this.readings = replicas.map((r) => {
