@@ -17,7 +17,7 @@
  * Read medians and differences, not absolutes: everything shares this machine's cores.
  */
 import { readFileSync } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { RedisClient } from "bun";
 import { BatchWriter } from "../src/cluster/codec.ts";
@@ -206,4 +206,5 @@ console.log(`\ninstance "one": ${status.cluster.events.sent} events shared, ${st
 for (const p of [plain, plain2, one, two]) p.proc.kill();
 sim.proc.kill();
 await redis.stop();
+await rm(dir, { recursive: true, force: true });
 process.exit(0);

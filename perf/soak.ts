@@ -15,7 +15,7 @@
  * by outcome as the router counted them, and what the clients saw.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { parsePrometheus } from "../src/engines/metrics.ts";
 import { spawnCli, type Proc } from "../test/helpers/proc.ts";
@@ -195,3 +195,4 @@ for (const [what, n] of [...seen].sort()) console.log(`  ${String(n).padStart(7)
 
 await router.kill("SIGTERM");
 await Promise.all(sims.map((s) => s.kill("SIGTERM")));
+await rm(dir, { recursive: true, force: true });

@@ -4,15 +4,15 @@
  * to a compiled sim.
  */
 import { afterAll, beforeAll, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import pkg from "../package.json" with { type: "json" };
+import { tempDir } from "./helpers/tmp.ts";
 
 const root = new URL("..", import.meta.url).pathname;
 let exe: string;
 const procs: ReturnType<typeof Bun.spawn>[] = [];
 
 beforeAll(async () => {
-  const dir = await mkdtemp("/tmp/llmroute-build-");
+  const dir = await tempDir("llmroute-build-");
   exe = `${dir}/llmroute`;
   const build = Bun.spawn([process.execPath, "build.ts", "--outfile", exe], { cwd: root, stdout: "pipe", stderr: "pipe" });
   expect(await build.exited).toBe(0);
@@ -52,7 +52,7 @@ it("carries the unit files inside", async () => {
 
 it("a compiled router serves a compiled sim", async () => {
   const sim = await start(["sim", "--port", "0", "--profile", "tiny"], /listening on (http:\/\/\S+)/);
-  const dir = await mkdtemp("/tmp/llmroute-build-cfg-");
+  const dir = await tempDir("llmroute-build-cfg-");
   await Bun.write(`${dir}/router.toml`, `[[replica]]\nname = "gpu0"\nurl = "${sim}"\n`);
   expect((await run(["check", "--config", `${dir}/router.toml`])).code).toBe(0);
   const router = await start(["serve", "--config", `${dir}/router.toml`, "--listen", "127.0.0.1:0", "--log-format", "json"], /listening on (http:\/\/[^\s"]+)/);

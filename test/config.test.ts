@@ -1,8 +1,8 @@
 import { describe, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import { loadConfigFile, parseConfig, type Config } from "../src/config.ts";
 import { ConfigError, formatIssue } from "../src/errors.ts";
 import { runCli } from "./helpers/proc.ts";
+import { tempDir } from "./helpers/tmp.ts";
 
 const MIN = `[[replica]]\nname = "gpu0"\nurl = "http://127.0.0.1:8001"\n`;
 
@@ -181,7 +181,7 @@ describe("reading the file", () => {
     ["a directory", (dir: string) => dir, /: \(file\): is a directory; pass the file, e\.g\. --config .*\/router\.toml/],
     ["a path through a file", (dir: string) => `${dir}/router.toml/x.toml`, /: \(file\): no such file/],
   ])("%s", async (_name, pathOf, message) => {
-    const dir = await mkdtemp("/tmp/llmroute-cfg-");
+    const dir = await tempDir("llmroute-cfg-");
     await Bun.write(`${dir}/router.toml`, MIN);
     const error = await loadConfigFile(pathOf(dir)).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ConfigError);
@@ -191,7 +191,7 @@ describe("reading the file", () => {
 
 describe("llmroute check (the CLI edge)", () => {
   it("exits 2 and prints file:line:column: key for an invalid file", async () => {
-    const dir = await mkdtemp("/tmp/llmroute-cfg-");
+    const dir = await tempDir("llmroute-cfg-");
     const path = `${dir}/bad.toml`;
     await Bun.write(path, `[routing]\npolicy = "hybird"\n${MIN}`);
     const { code, stderr } = await runCli(["check", "--config", path]);

@@ -3,7 +3,8 @@
  * needs Bun first runs scripts/check-bun.mjs under Node, which says exactly what to run.
  */
 import { expect, it } from "bun:test";
-import { mkdir, mkdtemp } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
+import { tempDir } from "../helpers/tmp.ts";
 
 const root = new URL("../..", import.meta.url).pathname;
 const node = Bun.which("node");
@@ -17,7 +18,7 @@ async function check(dir: string) {
 
 /** A project whose bun package is what `npm ci --ignore-scripts` leaves: the placeholder script. */
 async function ignoredScripts(withPlatformPackage: boolean): Promise<string> {
-  const dir = await mkdtemp("/tmp/llmroute-bun-");
+  const dir = await tempDir("llmroute-bun-");
   await Bun.write(`${dir}/node_modules/bun/bin/bun.exe`, `#!/bin/sh\necho "Error: Bun's postinstall script was not run." >&2\nexit 1\n`);
   if (withPlatformPackage) await Bun.write(`${dir}/node_modules/@oven/bun-linux-x64/bin/bun`, "(binary)");
   return dir;
@@ -43,7 +44,7 @@ it("the placeholder without the platform package: the same command, which will d
 });
 
 it("no bun package at all: npm ci", async () => {
-  const dir = await mkdtemp("/tmp/llmroute-bun-");
+  const dir = await tempDir("llmroute-bun-");
   await mkdir(`${dir}/node_modules`);
   const { code, stderr } = await check(dir);
   expect(code).toBe(1);

@@ -5,10 +5,11 @@
  * stderr is a file that JOURNAL_STREAM names.
  */
 import { afterAll, describe, expect, it } from "bun:test";
-import { mkdtemp, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import { createLog, stderrIsJournal } from "../../src/log.ts";
 import { until } from "../helpers/fleet.ts";
 import { CLI } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 const procs: ReturnType<typeof Bun.spawn>[] = [];
 afterAll(() => procs.forEach((p) => p.kill("SIGKILL")));
@@ -56,7 +57,7 @@ describe("createLog under the journal", () => {
 });
 
 it("a real serve whose stderr is the journal's stream writes <6> info and <3> error lines", async () => {
-  const dir = await mkdtemp("/tmp/llmroute-journal-");
+  const dir = await tempDir("llmroute-journal-");
   const config = `${dir}/router.toml`;
   const logFile = `${dir}/stderr.log`;
   await Bun.write(config, `[health]\ninterval = "60s"\n[[replica]]\nname = "gpu0"\nurl = "http://127.0.0.1:9"\n`);

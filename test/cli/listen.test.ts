@@ -3,8 +3,8 @@
  * naming the address and where it came from.
  */
 import { afterAll, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import { runCli } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 const taken = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("taken") });
 afterAll(() => taken.stop(true));
@@ -12,7 +12,7 @@ const port = taken.port!;
 const busy = `127.0.0.1:${port}`;
 
 async function config(extra = ""): Promise<string> {
-  const dir = await mkdtemp("/tmp/llmroute-listen-");
+  const dir = await tempDir("llmroute-listen-");
   await Bun.write(`${dir}/router.toml`, `${extra}[health]\ninterval = "60s"\n[[replica]]\nname = "gpu0"\nurl = "http://127.0.0.1:9"\n`);
   return `${dir}/router.toml`;
 }

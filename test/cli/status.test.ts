@@ -3,11 +3,11 @@
  * looks (the config's address without its secrets; the admin listener named on a 404).
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import { formatStatus } from "../../src/commands/status.ts";
 import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 afterEach(killAll);
 afterAll(killAll);
@@ -131,7 +131,7 @@ describe("where status looks", () => {
   it("--config needs only the address: env: secrets that are not exported do not stop it", async () => {
     const gpu0 = await startSimProc("gpu0");
     const router = await startRouterProc([gpu0]);
-    const dir = await mkdtemp("/tmp/llmroute-status-");
+    const dir = await tempDir("llmroute-status-");
     const listen = router.url.replace("http://", "");
     await Bun.write(
       `${dir}/router.toml`,

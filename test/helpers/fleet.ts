@@ -2,9 +2,9 @@
  * Real fleets for integration tests: `llmroute sim` replicas and `llmroute serve` as
  * separate processes on ephemeral loopback ports, driven by the official clients.
  */
-import { mkdtemp } from "node:fs/promises";
 import OpenAI from "openai";
 import { spawnCli, type Proc } from "./proc.ts";
+import { tempDir } from "./tmp.ts";
 
 export interface SimProc extends Proc {
   name: string;
@@ -51,7 +51,7 @@ export async function startRouterProc(
   replicas: { name: string; url: string; extra?: string }[],
   options: { toml?: string; env?: Record<string, string>; args?: string[] } = {},
 ): Promise<RouterProc> {
-  const dir = await mkdtemp("/tmp/llmroute-test-");
+  const dir = await tempDir("llmroute-test-");
   const configPath = `${dir}/router.toml`;
   await Bun.write(configPath, routerToml(replicas, options.toml));
   const proc = spawnCli(["serve", "--config", configPath, "--listen", "127.0.0.1:0", "--log-format", "json", ...(options.args ?? [])], {

@@ -9,6 +9,7 @@ import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, routerToml, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 afterEach(killAll);
 afterAll(killAll);
@@ -208,7 +209,7 @@ describe("lifecycle", () => {
 
   it("routing.state_file keeps pins across a router restart", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const dir = await import("node:fs/promises").then((fs) => fs.mkdtemp("/tmp/llmroute-state-"));
+    const dir = await tempDir("llmroute-state-");
     const toml = `[routing]\nstate_file = "${dir}/index.json"\n`;
     const convo = conversation("survive a restart");
     const first = await startRouterProc([gpu0, gpu1], { toml });

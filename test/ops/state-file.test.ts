@@ -13,6 +13,7 @@ import { PrefixIndex } from "../../src/route/prefix.ts";
 import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 afterAll(killAll);
 
@@ -54,11 +55,10 @@ describe.concurrent("server.drain_timeout", () => {
 
 describe.concurrent("routing.state_file survives a crash and bad input", () => {
   const stateToml = (path: string, extra = "") => `[routing]\nstate_file = "${path}"\n${extra}`;
-  const tempDir = () => import("node:fs/promises").then((fs) => fs.mkdtemp("/tmp/llmroute-state-"));
-
+  
   it("saved every state_interval (temp file, fsync, rename): a SIGKILLed router's successor keeps the pins", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const file = `${await tempDir()}/index.json`;
+    const file = `${await tempDir("llmroute-state-")}/index.json`;
     const toml = stateToml(file, `state_interval = "1s"\n`);
     const first = await startRouterProc([gpu0, gpu1], { toml });
     await first.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 1 });
@@ -88,7 +88,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     ["JSON null", "null", /^not an llmroute state file/],
   ])("%s: a warning and a cold start, never a refusal to start", async (_name, content, reason) => {
     const gpu0 = await startSimProc("gpu0");
-    const file = `${await tempDir()}/index.json`;
+    const file = `${await tempDir("llmroute-state-")}/index.json`;
     await Bun.write(file, content);
     const router = await startRouterProc([gpu0], { toml: stateToml(file) });
     const warned = logRecords(router, "routing state not restored; starting cold");
@@ -100,7 +100,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
 
   it("a directory where the file should be: cold start with a warning, and the save at stop fails with an error line, exit 0", async () => {
     const gpu0 = await startSimProc("gpu0");
-    const file = await tempDir();
+    const file = await tempDir("llmroute-state-");
     const router = await startRouterProc([gpu0], { toml: stateToml(file) });
     expect(logRecords(router, "routing state not restored; starting cold")[0]!.reason).toMatch(/^cannot read it/);
     await router.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 1 });
@@ -111,7 +111,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
 
   it("every record is checked: malformed ones are skipped and counted, good ones restored", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const file = `${await tempDir()}/index.json`;
+    const file = `${await tempDir("llmroute-state-")}/index.json`;
     // An index of three one-link prompts on gpu0 and one on a replica that is gone; the
     // second record's last-use time is corrupted (NaN).
     const index = new PrefixIndex({ maxEntries: 100, ttlMs: 3_600_000, windowMs: 300_000 });

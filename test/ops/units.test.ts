@@ -1,8 +1,8 @@
 import { describe, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import { renderUnit, unitWarnings } from "../../src/commands/units.ts";
 import { parseConfig } from "../../src/config.ts";
 import { runCli } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
 
@@ -72,7 +72,7 @@ describe("llmroute units", () => {
 
   const analyze = Bun.which("systemd-analyze");
   it.if(analyze !== null)("the systemd unit passes systemd-analyze verify without warnings", async () => {
-    const dir = await mkdtemp("/tmp/llmroute-unit-");
+    const dir = await tempDir("llmroute-unit-");
     const path = `${dir}/llmroute.service`;
     // verify checks that ExecStart exists: point it at a real executable
     await Bun.write(path, renderUnit("systemd", { binary: process.execPath, config: `${root}router.toml` }));

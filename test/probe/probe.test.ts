@@ -3,12 +3,12 @@
  * replicas (3090 profile, time-scaled) and in-process routers on ephemeral ports.
  */
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
-import { mkdtemp } from "node:fs/promises";
 import { parseConfig } from "../../src/config.ts";
 import { memoryLog } from "../../src/log.ts";
 import { startRouter, type RouterServer } from "../../src/proxy/server.ts";
 import { startSim, type SimServer } from "../../src/sim/index.ts";
 import { runCli } from "../helpers/proc.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 // 8k tokens on the 3090 profile is a 2 s cold prefill; at 0.05 that is ~100 ms, warm ~5 ms.
 const TIME_SCALE = 0.05;
@@ -48,7 +48,7 @@ beforeAll(async () => {
     startRouter(routerConfig("hybrid", fleet), { log: memoryLog() }),
     startRouter(routerConfig("roundrobin", fleet), { log: memoryLog() }),
   ]);
-  dir = await mkdtemp("/tmp/llmroute-probe-test-");
+  dir = await tempDir("llmroute-probe-test-");
 });
 
 afterAll(async () => {

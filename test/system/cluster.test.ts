@@ -6,13 +6,14 @@
  * the next instance.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { mkdtemp, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import OpenAI from "openai";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { requireCommand } from "./_require.ts";
+import { tempDir } from "../helpers/tmp.ts";
 
 const REDIS_BINARY = process.env.LLMROUTE_TEST_REDIS_SERVER ?? "redis-server";
 const SALT = `cluster-${crypto.randomUUID()}`;
@@ -285,7 +286,7 @@ describe("rediss://", () => {
   it("instances reach a TLS-only Redis whose private CA is given by NODE_EXTRA_CA_CERTS, and share state over it", async () => {
     const binary = requireCommand(REDIS_BINARY, "apt-get install -y redis-server");
     const openssl = requireCommand("openssl", "apt-get install -y openssl");
-    const dir = await mkdtemp("/tmp/llmroute-tls-");
+    const dir = await tempDir("llmroute-tls-");
     const made = Bun.spawnSync([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", `${dir}/key.pem`, "-out", `${dir}/cert.pem`, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"], { stderr: "pipe" });
     expect(made.exitCode).toBe(0);
     sims = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
