@@ -16,7 +16,7 @@ const TOKENS = "8000";
 // The --via replicas share the scale (a sim race at tiny prefills, fixed in 2a85e82, once
 // forced these slower).
 const VIA_TIME_SCALE = TIME_SCALE;
-const VIA_TOKENS = "2000";
+const VIA_TOKENS = "8000"; // a cold prefill of ~100 ms real: a loaded machine cannot blur cold and warm
 
 let cached: SimServer;
 let uncached: SimServer;
