@@ -34,7 +34,7 @@ export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>
 export interface SendOptions {
   fetch?: FetchLike;
   now?: () => number;
-  /** Used when the response has no x-llmroute-replica header (direct to a replica). */
+  /** The replica and route chosen before sending (the oracle); otherwise the router's x-llmroute-* headers say. */
   replica?: string;
   route?: string;
   headers?: Record<string, string>;
@@ -69,8 +69,9 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
     return outcome;
   }
   outcome.status = res.status;
-  outcome.replica = res.headers.get("x-llmroute-replica") ?? outcome.replica;
-  outcome.route = res.headers.get("x-llmroute-route") ?? outcome.route;
+  // A choice made before sending (the oracle's, through its single-replica router) stands.
+  outcome.replica = options.replica ?? res.headers.get("x-llmroute-replica") ?? outcome.replica;
+  outcome.route = options.route ?? res.headers.get("x-llmroute-route") ?? outcome.route;
   if (!res.ok || !res.body) {
     outcome.error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 300)}`;
     outcome.totalMs = now() - started;
