@@ -370,21 +370,33 @@ export class PrefixIndex {
     // generation of the arrays behind as garbage the process keeps (RSS).
     if (this.highWater + records > this.capacity) this.grow(this.highWater + records);
     const created = new Int32Array(records).fill(NIL);
+    // Entries this index already had (restoring onto a live index: the cluster's catch-up).
+    const existed = new Uint8Array(records);
     for (let i = 0; i < records; i++) {
       if (!keepRecord[i]) continue;
       const o = rec(i);
       const r = this.idOf(names[view.getUint16(o + 8, true)]!);
       const lo = view.getUint32(o, true);
       const hi = view.getUint32(o + 4, true);
-      if (this.find(lo, hi, r) !== NIL) {
+      const newest = this.newest[r]!;
+      const at = Math.max(view.getFloat64(o + 20, true), newest === NIL ? 0 : this.last[newest]!);
+      const found = this.find(lo, hi, r);
+      if (found !== NIL) {
+        // Known already: it takes the record's place in the order, so the restored children
+        // hang from it and stay older than their parent (what eviction and match rely on).
         skipped++;
+        existed[i] = 1;
+        this.flags[found]! |= view.getUint8(o + 10);
+        this.unlink(found);
+        this.last[found] = at;
+        this.append(found);
+        created[i] = found;
         continue;
       }
       const e = this.create(lo, hi, r, view.getUint32(o + 12, true), NIL);
       this.flags[e]! |= view.getUint8(o + 10);
       this.tail[e] = view.getUint32(o + 16, true);
-      const newest = this.newest[r]!;
-      this.last[e] = Math.max(view.getFloat64(o + 20, true), newest === NIL ? 0 : this.last[newest]!);
+      this.last[e] = at;
       this.append(e);
       created[i] = e;
       restored++;
@@ -392,7 +404,7 @@ export class PrefixIndex {
     // Parents come after their children: link them once all exist.
     for (let i = 0; i < records; i++) {
       const e = created[i]!;
-      if (e === NIL) continue;
+      if (e === NIL || existed[i]) continue;
       const parentAt = view.getInt32(rec(i) + 28, true);
       const p = parentAt === NIL ? NIL : created[parentAt]!;
       if (p === NIL) continue;

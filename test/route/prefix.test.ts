@@ -338,6 +338,10 @@ describe("property: the index keeps its invariants", () => {
     fc.record({ kind: fc.constant("budget" as const), replica: fc.nat(2), chars: fc.option(fc.integer({ min: 200, max: 5000 }), { nil: undefined }) }),
     fc.record({ kind: fc.constant("shrink" as const), maxEntries: fc.integer({ min: 5, max: 60 }) }),
     fc.record({ kind: fc.constant("restore" as const) }),
+    // Another router's index (a cluster peer) learns on its own; "merge" restores its
+    // snapshot onto the live index, as the cluster's catch-up does.
+    fc.record({ kind: fc.constant("peerRecord" as const), chain: fc.nat(chains.length - 1), replica: fc.nat(2), dt: fc.nat(30) }),
+    fc.record({ kind: fc.constant("merge" as const) }),
   );
 
   it("per-replica chars, entries, tips, order, budgets, the active working set, and match = a linear scan", () => {
@@ -346,6 +350,7 @@ describe("property: the index keeps its invariants", () => {
         const windowMs = 50;
         let maxEntries = 60;
         let idx = new PrefixIndex({ maxEntries, ttlMs: 150, windowMs });
+        const peer = new PrefixIndex({ maxEntries: 60, ttlMs: 150, windowMs });
         const budgets = new Map<string, number>();
         let now = 1000;
         for (const o of ops) {
@@ -380,6 +385,14 @@ describe("property: the index keeps its invariants", () => {
               idx = copy;
               break;
             }
+            case "peerRecord":
+              now += o.dt;
+              peer.record(chains[o.chain]!, replicas[o.replica]!, now, true);
+              break;
+            case "merge":
+              peer.evict(now);
+              idx.restore(peer.snapshot(), () => true);
+              break;
           }
           checkInvariants(idx, chains, replicas, now, windowMs, maxEntries, budgets);
         }
