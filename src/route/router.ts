@@ -147,11 +147,12 @@ export class Router {
 
     const stickyId = input.shape.previousResponseId;
     const owner = stickyId ? this.responses.get(stickyId) : undefined;
-    if (owner) {
+    const ownerView = owner === undefined ? undefined : replicas.find((x) => x.name === owner);
+    if (ownerView) {
       // The response state lives only there: never spill it, never send it elsewhere.
-      const r = replicas.find((x) => x.name === owner && x.healthy);
-      return r ? estimate(r.name, { replica: r.name, reason: "sticky" }) : undefined;
+      return ownerView.healthy ? estimate(ownerView.name, { replica: ownerView.name, reason: "sticky" }) : undefined;
     }
+    // An owner outside this model's pool cannot take the request: the engines answer it.
 
     const ctx: PolicyContext = {
       counter: this.counter,

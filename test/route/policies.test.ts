@@ -226,4 +226,13 @@ describe("previous_response_id", () => {
     replicas[1]!.healthy = false;
     expect(r.route(follow, replicas)).toBeUndefined();
   });
+
+  it("an owner outside this model's pool cannot take it: routed by policy, and the engine answers", () => {
+    const r = router("hybrid");
+    r.rememberResponse("resp_1", "gpu0");
+    const poolOfModelB = fleet(2).slice(1); // gpu1 only
+    const req = chat([]);
+    const follow = { ...req, shape: { ...req.shape, previousResponseId: "resp_1", continuation: true } };
+    expect(r.route(follow, poolOfModelB)?.replica).toBe("gpu1");
+  });
 });
