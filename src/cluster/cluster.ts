@@ -192,6 +192,7 @@ export class Cluster {
       this.emit({ kind: "response", at: this.now(), replica, id });
       this.responseKeys.push([id, replica]);
     },
+    retract: (chains, replica, at, created) => this.emit({ kind: "retract", at, replica, chains, created }),
   };
 
   /** Redis host and port, without credentials (for logs and /status). */
@@ -579,6 +580,9 @@ export class Cluster {
         break;
       case "response":
         router.rememberResponse(event.id, event.replica, false);
+        break;
+      case "retract":
+        router.applyRetract(event.chains, event.replica, event.at, event.created);
         break;
     }
   }

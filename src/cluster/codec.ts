@@ -16,10 +16,12 @@ export type ClusterEvent =
   | { kind: "commit"; at: number; replica: string; continued: boolean; session?: string; chains: readonly PrefixChain[] }
   | { kind: "forget"; at: number; replica: string }
   | { kind: "forget-used-by"; at: number; replica: string; usedBy: number }
-  | { kind: "response"; at: number; replica: string; id: string };
+  | { kind: "response"; at: number; replica: string; id: string }
+  /** A commit (made at `at`) the replica never computed: per chain, how many deepest links it created. */
+  | { kind: "retract"; at: number; replica: string; chains: readonly PrefixChain[]; created: readonly number[] };
 
 const FORMAT = 1;
-const KIND = { commit: 1, forget: 2, "forget-used-by": 3, response: 4 } as const;
+const KIND = { commit: 1, forget: 2, "forget-used-by": 3, response: 4, retract: 5 } as const;
 const CONTINUED = 1;
 const HAS_SESSION = 2;
 
@@ -59,6 +61,17 @@ export class BatchWriter {
       case "response":
         this.str(event.id);
         break;
+      case "retract": {
+        this.u16(event.chains.length);
+        event.chains.forEach((chain, c) => {
+          // Only the created links are needed: the deepest `created` of the chain.
+          const created = Math.min(event.created[c] ?? 0, chain.length);
+          this.u32(created);
+          this.words(chain.lo.subarray(chain.length - created), created);
+          this.words(chain.hi.subarray(chain.length - created), created);
+        });
+        break;
+      }
       case "forget":
         break;
     }
@@ -185,6 +198,21 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
       case KIND.response:
         events.push({ kind: "response", at: eventAt, replica, id: str() });
         break;
+      case KIND.retract: {
+        const count = u16();
+        const chains: PrefixChain[] = [];
+        const created: number[] = [];
+        for (let c = 0; c < count; c++) {
+          const length = u32();
+          need(8 * length);
+          const lo = words(length);
+          const hi = words(length);
+          chains.push({ lo, hi, ends: new Uint32Array(length), length });
+          created.push(length);
+        }
+        events.push({ kind: "retract", at: eventAt, replica, chains, created });
+        break;
+      }
       default:
         throw new RangeError(`unknown event kind ${kind} at byte ${at - 1}`);
     }

@@ -13,7 +13,7 @@ import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
-import type { FleetView, RouteEstimate, Router, Verdict } from "../route/router.ts";
+import type { FleetView, Retract, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
 import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS, WHOLE_RESPONSE_MAX } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
@@ -239,12 +239,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (!decision) break;
       const replica = pool.find((r) => r.name === decision.replica)!;
       // A replica a reload removed still serves this request, but is not remembered.
-      if (!replica.removed) router.commit(input, decision, committedAt);
+      const retract = replica.removed ? undefined : router.commit(input, decision, committedAt);
       fleet.dispatched(replica, panic);
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
 
-      const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt });
+      const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, retract });
       if (result.kind === "response") return result.response;
       if (result.kind === "client-gone") {
         record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
@@ -252,6 +252,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
       }
       if (result.kind === "cut") break;
       const { failure } = result;
+      // Refused, or answered 502/503/504, or never connected: it computed none of the prompt.
+      if (failure.kind === "refused" || failure.kind === "status" || failure.timer === "connect") retract?.();
       if (failure.timer) replica.timeouts[failure.timer]++;
       allTimedOut &&= failure.kind === "timeout";
       fleet.failed(replica, failure);
@@ -290,7 +292,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica: Replica,
     route: string,
     flight: Flight,
-    decided: { estimate: RouteEstimate; committedAt: number },
+    decided: { estimate: RouteEstimate; committedAt: number; retract: Retract | undefined },
   ): Promise<Attempt> {
     const { req, url, routing } = ctx;
     const upstream = new AbortController();
@@ -423,6 +425,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
         if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
         if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
         if (res.status < 300) verdict = router.feedback(replica.name, est, usage.cachedTokens);
+        // An error answer (a 400 for a too-long prompt, a 500) computed no KV to remember.
+        else if (res.status >= 400) decided.retract?.();
       }
       // What this answer taught (its response id, a correction) and its decision go out before its end does.
       deps.cluster?.answered(decided.committedAt);

@@ -145,9 +145,9 @@ export class PrefixIndex {
   }
 
   /** Remember that `replica` now holds every prefix in `chain` (sent by a continuation or not). */
-  record(chain: PrefixChain, replica: string, now: number, continued = false): void {
+  record(chain: PrefixChain, replica: string, now: number, continued = false): number {
     const n = chain.length;
-    if (n === 0) return;
+    if (n === 0) return 0;
     const r = this.idOf(replica);
     // Lists stay ordered by time even if the clock steps back.
     const newest = this.newest[r]!;
@@ -157,10 +157,12 @@ export class PrefixIndex {
 
     // Shallow to deep: find or create each link with its parent.
     let parent = NIL;
+    let created = 0;
     for (let i = 0; i < n; i++) {
       let e = this.find(chain.lo[i]!, chain.hi[i]!, r);
       if (e === NIL) {
         e = this.create(chain.lo[i]!, chain.hi[i]!, r, chain.ends[i]! - (i === 0 ? 0 : chain.ends[i - 1]!), parent);
+        created++;
       }
       chainEntries[i] = e;
       parent = e;
@@ -183,6 +185,27 @@ export class PrefixIndex {
       this.enterWindow(e);
     }
     this.enforceBounds(r);
+    return created;
+  }
+
+  /**
+   * Take back what `record(chain, replica, at)` created, when the replica turned out never
+   * to compute the prompt (it refused it, or answered an error): its `created` deepest
+   * links, each while it is still a leaf last used at `at` (a later commit of the same
+   * prompt keeps them). Links the record only touched stay: the replica held them anyway.
+   */
+  retract(chain: PrefixChain, replica: string, created: number, at: number): number {
+    const r = this.ids.get(replica);
+    if (r === undefined) return 0;
+    let removed = 0;
+    for (let i = chain.length - 1; i >= chain.length - created; i--) {
+      const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
+      if (e === NIL || this.children[e] !== 0 || this.last[e] !== at) break;
+      this.remove(e);
+      removed++;
+    }
+    if (removed > 0) this.enforceBounds(r);
+    return removed;
   }
 
   /** Drop entries idle longer than the TTL; returns how many were dropped. */

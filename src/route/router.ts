@@ -35,6 +35,8 @@ export interface RouterSink {
   /** The engine evicted what the replica last used at or before `usedBy`. */
   forgetUsedBy(replica: string, usedBy: number): void;
   response(id: string, replica: string): void;
+  /** A commit made at `at` is taken back: the replica never computed it (see Router.commit). */
+  retract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): void;
 }
 
 /** What the fleet knows of a replica; the router adds what its index knows. */
@@ -66,6 +68,9 @@ export interface Routed extends Decision {
 
 /** How the engine's report compared with the index's expectation. */
 export type Verdict = "hit" | "miss" | "unexpected_hit" | "cold" | "unsettled";
+
+/** Undo a commit's new links (see Router.commit); returns how many were removed. */
+export type Retract = () => number;
 
 /** Per replica: predicted vs delivered, and whether the engine's reports are trusted. */
 export interface ReplicaTruth {
@@ -171,11 +176,23 @@ export class Router {
   }
 
   /** Record an acted-on decision: the replica now holds this prefix. */
-  commit(input: RouteInput, decision: Decision, now: number): void {
+  commit(input: RouteInput, decision: Decision, now: number): Retract {
     if (decision.usedCounter) this.counter++;
-    for (const chain of input.chains) this.index.record(chain, decision.replica, now, input.shape.continuation);
+    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation));
     if (input.shape.session) remember(this.sessions, sessionKey(input), decision.replica, this.maxSessions);
     this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, input.shape.session ? sessionKey(input) : undefined);
+    // A replica that never computed the prompt (refused, or answered an error) does not hold
+    // it: left in the index, the next request there would be a "miss" that drops what the
+    // replica really holds.
+    return () => {
+      this.sink?.retract(input.chains, decision.replica, now, created);
+      return this.applyRetract(input.chains, decision.replica, now, created);
+    };
+  }
+
+  /** Take back a commit's new links (this instance's, or another's through the cluster). */
+  applyRetract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): number {
+    return chains.reduce((n, chain, i) => n + this.index.retract(chain, replica, created[i] ?? 0, at), 0);
   }
 
   /** Another router instance committed a decision: the same record, not shared again. */

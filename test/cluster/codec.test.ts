@@ -30,11 +30,15 @@ const eventArb: fc.Arbitrary<ClusterEvent> = fc.oneof(
   fc.record({ kind: fc.constant("forget" as const), at, replica: name }),
   fc.record({ kind: fc.constant("forget-used-by" as const), at, replica: name, usedBy: at }),
   fc.record({ kind: fc.constant("response" as const), at, replica: name, id: name }),
+  // On the wire a retraction carries only the created links: what decodes is those links, all created.
+  fc
+    .record({ kind: fc.constant("retract" as const), at, replica: name, chains: fc.array(chainArb, { maxLength: 2 }) })
+    .map((e) => ({ ...e, chains: e.chains.map((c) => ({ ...c, ends: new Uint32Array(c.length) })), created: e.chains.map((c) => c.length) })),
 );
 
 /** Typed arrays compared as plain arrays. */
 const plain = (events: readonly ClusterEvent[]) =>
-  events.map((e) => (e.kind === "commit" ? { ...e, chains: e.chains.map((c) => ({ lo: [...c.lo], hi: [...c.hi], ends: [...c.ends], length: c.length })) } : e));
+  events.map((e) => (e.kind === "commit" || e.kind === "retract" ? { ...e, chains: e.chains.map((c) => ({ lo: [...c.lo], hi: [...c.hi], ends: [...c.ends], length: c.length })) } : e));
 
 describe("event batches", () => {
   it("any sequence of events comes back as it went (property)", () => {
@@ -100,6 +104,7 @@ describe("an instance that applies another's events routes like it", () => {
       forget: (replica) => w.add({ kind: "forget", at: 0, replica }),
       forgetUsedBy: (replica, usedBy) => w.add({ kind: "forget-used-by", at: 0, replica, usedBy }),
       response: (id, replica) => w.add({ kind: "response", at: 0, replica, id }),
+      retract: (chains, replica, at, created) => w.add({ kind: "retract", at, replica, chains, created }),
     };
     return { sink, take: () => decodeBatch(w.take()) };
   }
@@ -108,6 +113,7 @@ describe("an instance that applies another's events routes like it", () => {
       if (e.kind === "commit") to.applyCommit(e.chains, e.replica, e.at, e.continued, e.session);
       else if (e.kind === "forget") to.forget(e.replica, false);
       else if (e.kind === "forget-used-by") to.index.forgetUsedBy(e.replica, e.usedBy);
+      else if (e.kind === "retract") to.applyRetract(e.chains, e.replica, e.at, e.created);
       else to.rememberResponse(e.id, e.replica, false);
     }
   }
@@ -149,6 +155,29 @@ describe("an instance that applies another's events routes like it", () => {
     apply(b, wire.take());
     expect(b.index.match(req.chains[0]!, "gpu0").depth).toBe(0);
     expect(echo.take()).toEqual([]);
+  });
+
+  it("a commit taken back (the replica computed nothing) is taken back on the mirror too", () => {
+    const a = router("hybrid");
+    const b = router("hybrid");
+    const wire = recorder();
+    a.sink = wire.sink;
+    const replicas = fleet(2);
+    const shared = [{ role: "system", content: "s".repeat(3000) }];
+    const known = chat([...shared, { role: "user", content: "known" }]);
+    send(a, known, replicas, 1);
+    const failed = chat([...shared, { role: "user", content: "y".repeat(5000) }]);
+    const decision = a.route(failed, replicas, 2)!;
+    const before = a.index.match(failed.chains[0]!, decision.replica).depth;
+    const retract = a.commit(failed, decision, 2);
+    apply(b, wire.take());
+    const held = (r: typeof a) => r.index.match(failed.chains[0]!, decision.replica).depth;
+    expect(held(b)).toBe(failed.chains[0]!.length);
+    expect(retract()).toBeGreaterThan(0);
+    apply(b, wire.take());
+    // both are back to what the replica held before (the system prompt, if the first request put it there)
+    expect([held(a), held(b)]).toEqual([before, before]);
+    expect(before).toBeLessThan(failed.chains[0]!.length);
   });
 });
 

@@ -67,6 +67,21 @@ describe("PrefixIndex", () => {
     expect(idx.match(turn2, "gpu0")).toMatchObject({ depth: 0, chars: 0 });
   });
 
+  it("retract takes back only the links a record created, and not once another commit used them", () => {
+    const idx = index();
+    idx.record(turn1, "gpu0", 1);
+    const created = idx.record(turn2, "gpu0", 2);
+    expect(created).toBe(turn2.length - turn1.length);
+    expect(idx.retract(turn2, "gpu0", created, 2)).toBe(created);
+    expect(idx.match(turn2, "gpu0").depth).toBe(turn1.length);
+    expect(idx.replicaStats("gpu0")).toMatchObject({ entries: turn1.length, tips: 1 });
+    // committed again by a later request before the first one failed: it stays
+    const again = idx.record(turn2, "gpu0", 3);
+    idx.record(turn2, "gpu0", 4);
+    expect(idx.retract(turn2, "gpu0", again, 3)).toBe(0);
+    expect(idx.match(turn2, "gpu0").depth).toBe(turn2.length);
+  });
+
   it("counts a shared prefix once in a replica's working set", () => {
     const idx = index();
     const a = only(chat([{ role: "system", content: "S".repeat(5000) }, { role: "user", content: "a" }]));
@@ -342,6 +357,8 @@ describe("property: the index keeps its invariants", () => {
     // snapshot onto the live index, as the cluster's catch-up does.
     fc.record({ kind: fc.constant("peerRecord" as const), chain: fc.nat(chains.length - 1), replica: fc.nat(2), dt: fc.nat(30) }),
     fc.record({ kind: fc.constant("merge" as const) }),
+    // A commit the replica never computed (refused, an error answer) is taken back.
+    fc.record({ kind: fc.constant("recordRetract" as const), chain: fc.nat(chains.length - 1), replica: fc.nat(2), dt: fc.nat(30) }),
   );
 
   it("per-replica chars, entries, tips, order, budgets, the active working set, and match = a linear scan", () => {
@@ -393,6 +410,18 @@ describe("property: the index keeps its invariants", () => {
               peer.evict(now);
               idx.restore(peer.snapshot(), () => true);
               break;
+            case "recordRetract": {
+              now += o.dt;
+              const chain = chains[o.chain]!;
+              const replica = replicas[o.replica]!;
+              const had = idx.match(chain, replica).depth;
+              const created = idx.record(chain, replica, now);
+              const removed = idx.retract(chain, replica, created, now);
+              // what it created is gone again (unless the bounds already dropped some of it)
+              expect(removed).toBeLessThanOrEqual(created);
+              if (removed === created) expect(idx.match(chain, replica).depth).toBeLessThanOrEqual(Math.max(had, chain.length - created));
+              break;
+            }
           }
           checkInvariants(idx, chains, replicas, now, windowMs, maxEntries, budgets);
         }

@@ -68,3 +68,45 @@ describe("feedback from cached_tokens", () => {
     expect(status.warnings.join("\n")).toMatch(/gpu0: reported no cached tokens on 9 requests the index expected cached: its prefix cache may be off/);
   });
 });
+
+describe("a replica that computed nothing is not believed to hold the prompt", () => {
+  const metricsOf = async (url: string) => (await fetch(`${url}/metrics`)).text();
+  const statusOf = async (url: string) => (await (await fetch(`${url}/status`)).json()) as StatusDocument;
+  const document = (salt: string, q: string) => [
+    { role: "system" as const, content: `${salt} manual: ${"lorem ipsum dolor sit amet ".repeat(200)}` },
+    { role: "user" as const, content: q },
+  ];
+
+  it("a 503 before the first byte: the failed replica's commit is taken back, the one that answered keeps it", async () => {
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterProc([gpu0, gpu1]);
+    await gpu0.faults({ fail_next: 1 });
+    const { response } = await router
+      .client()
+      .chat.completions.create({ model: "sim-model", messages: document(crypto.randomUUID(), "q"), max_tokens: 2 })
+      .withResponse();
+    expect([response.headers.get("x-llmroute-replica"), response.headers.get("x-llmroute-route")]).toEqual(["gpu1", "spread,failover"]);
+    const s = await statusOf(router.url);
+    expect(s.replicas.map((r) => [r.name, r.index_entries > 0])).toEqual([
+      ["gpu0", false],
+      ["gpu1", true],
+    ]);
+  });
+
+  it("an error answer (400: prompt + max_tokens over the context): nothing remembered, so the retry is cold, not a miss that drops the replica's conversations", async () => {
+    const sim = await startSimProc("gpu0");
+    const router = await startRouterProc([sim]);
+    const client = router.client();
+    const salt = crypto.randomUUID();
+    await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `${salt} a conversation` }], max_tokens: 2 });
+    const before = (await statusOf(router.url)).replicas[0]!.index_entries;
+    const tooLong = await client.chat.completions.create({ model: "sim-model", messages: document(salt, "q"), max_tokens: 4000 }).catch((e: { status: number }) => e);
+    expect((tooLong as { status: number }).status).toBe(400);
+    expect((await statusOf(router.url)).replicas[0]!.index_entries).toBe(before);
+    await client.chat.completions.create({ model: "sim-model", messages: document(salt, "q"), max_tokens: 2 });
+    const metrics = await metricsOf(router.url);
+    expect(metric(metrics, "llmroute_cache_predictions_total", { replica: "gpu0", verdict: "miss" })).toBe(0);
+    expect(metric(metrics, "llmroute_index_corrections_total", { replica: "gpu0" })).toBe(0);
+    expect((await statusOf(router.url)).replicas[0]!.index_entries).toBeGreaterThan(before);
+  });
+});
