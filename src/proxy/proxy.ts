@@ -227,7 +227,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
     let allTimedOut = true;
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
-      const { views, panic } = fleet.views(pool, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
+      // A failover picks from the fleet as it is now (a reload may have removed or added
+      // replicas meanwhile); only when none of those is left untried, from the snapshot.
+      const candidates = attempt === 0 ? pool : untriedOr(fleet.pool(shape.model), tried, pool);
+      const { views, panic } = fleet.views(candidates, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
       // Its replica is here but cannot take it: the state exists nowhere else. (A replica
       // outside this pool, e.g. serving another model, is the engines' business.)
       if (owner && views.some((v) => v.name === owner && !v.healthy)) {
@@ -237,7 +240,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       const committedAt = Date.now();
       const decision = router.route(input, views, committedAt);
       if (!decision) break;
-      const replica = pool.find((r) => r.name === decision.replica)!;
+      const replica = candidates.find((r) => r.name === decision.replica)!;
       // A replica a reload removed still serves this request, but is not remembered.
       const retract = replica.removed ? undefined : router.commit(input, decision, committedAt);
       fleet.dispatched(replica, panic);
@@ -547,4 +550,9 @@ function classify(error: unknown, when = ""): Failure {
 
 function ms(value: number): string {
   return value % 60_000 === 0 ? `${value / 60_000}m` : value % 1000 === 0 ? `${value / 1000}s` : `${value}ms`;
+}
+
+/** `current` if it has a replica not yet tried, else `snapshot` (the pool the request started with). */
+function untriedOr(current: Replica[], tried: ReadonlySet<string>, snapshot: Replica[]): Replica[] {
+  return current.some((r) => !tried.has(r.name)) ? current : snapshot;
 }

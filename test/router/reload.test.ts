@@ -54,6 +54,27 @@ describe.concurrent("reload during a request", () => {
     }
   });
 
+  it("a failover after a reload picks from the new fleet: a replica added meanwhile, not the one removed", async () => {
+    let release!: (response: string) => void;
+    const held = startRawReplica((req) =>
+      req.path === "/health" ? rawResponse("200 OK", [], "ok") : new Promise<string>((resolve) => (release = resolve)),
+    );
+    try {
+      const [gpu1, gpu2] = await Promise.all([startSimProc("gpu1"), startSimProc("gpu2")]);
+      const heldReplica = { name: "held", url: held.url, extra: `models = ["sim-model"]\n` };
+      const router = await startRouterProc([heldReplica, gpu1]);
+      const pending = ask(router, "reload adds a replica under me");
+      await until(() => held.requests.some((r) => r.method === "POST"), "the request at the first replica");
+      await reload(router, [heldReplica, gpu2]);
+      release(rawResponse("503 Service Unavailable", ["Content-Type: application/json"], `{"error":{"message":"busy","code":503}}`));
+      const res = await pending;
+      expect([res.status, res.headers.get("x-llmroute-replica"), res.headers.get("x-llmroute-route")]).toEqual([200, "gpu2", "spread,failover"]);
+      expect((await gpu1.state()).requests_total).toBe(0);
+    } finally {
+      held.stop();
+    }
+  });
+
   it("a replica removed while it streams finishes the stream; it is not remembered afterwards", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0", ["--decode-tps", "50"]), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1]);
