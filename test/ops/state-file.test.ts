@@ -100,7 +100,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
       url_changed: "gpu0",
     });
     const after = Object.fromEntries((await status(second.url)).replicas.map((r) => [r.name, r.index_entries]));
-    expect(after).toEqual({ gpu0: 0, gpu1: before.gpu1 });
+    expect(after).toEqual({ gpu0: 0, gpu1: before.gpu1! });
   });
 
   const withFormat = (n: number) => {
