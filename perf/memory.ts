@@ -171,7 +171,7 @@ async function fill(entries: number, statePath?: string): Promise<MemorySize & {
   const size: MemorySize = { entries: index.size, conversations, rssMB: rss / 1e6, baseRssMB: baseRss / 1e6, indexBytes: index.memoryBytes(), fillSeconds };
   if (!statePath) return size;
 
-  await saveState(statePath, router);
+  await saveState(statePath, router, Object.fromEntries(config.replicas.map((r) => [r.name, r.url])));
   // Capacity readings as the server takes them: every 2 s of clock, each visiting only the entries that left the window.
   const samples: number[] = [];
   for (let i = 0; i < 200; i++) {

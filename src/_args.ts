@@ -7,7 +7,8 @@
  * The rules follow what citty (node:util parseArgs underneath) will do with the same
  * argv, so nothing that passes here is read differently there: `--flag value`,
  * `--flag=value`, `-c value`, `-cvalue`, `--switch`, `--switch=true|false`, `--no-switch`,
- * and `--` ending the flags. Pure: throws a usage error (exit 2) naming the flag.
+ * and `--` ending the flags (the words after it are arguments: none gets a flag
+ * suggested). Pure: throws a usage error (exit 2) naming the flag.
  */
 import type { ArgsDef } from "citty";
 import { LlmrouteError } from "./errors.ts";
@@ -52,9 +53,12 @@ export function checkArgs(command: string, rawArgs: readonly string[], def: Args
   };
 
   const stray: string[] = [];
+  /** Index in `stray` of the first word after `--`: those are arguments, never flags. */
+  let literal = Infinity;
   for (let i = 0; i < rawArgs.length; i++) {
     const arg = rawArgs[i]!;
     if (arg === "--") {
+      literal = stray.length;
       stray.push(...rawArgs.slice(i + 1));
       break;
     }
@@ -98,7 +102,9 @@ export function checkArgs(command: string, rawArgs: readonly string[], def: Args
     const word = stray[positionals]!;
     const near = nearest(word.replace(/^-+/, ""), [...long.keys()]);
     const hint =
-      word.endsWith(".toml") && long.has("config")
+      positionals >= literal
+        ? `; words after "--" are arguments, not flags, and this command takes ${positionals === 0 ? "none" : `only ${positionals}`}`
+        : word.endsWith(".toml") && long.has("config")
         ? `; did you mean --config ${word}?`
         : near
           ? `; did you mean --${near}?`

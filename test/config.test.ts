@@ -1,6 +1,7 @@
 import { describe, expect, it } from "bun:test";
 import { loadConfigFile, parseConfig, type Config } from "../src/config.ts";
 import { ConfigError, formatIssue } from "../src/errors.ts";
+import { POLICY_NAMES } from "../src/route/options.ts";
 import { runCli } from "./helpers/proc.ts";
 import { tempDir } from "./helpers/tmp.ts";
 
@@ -21,6 +22,14 @@ describe("valid configs", () => {
     const config = await loadConfigFile(new URL("../router.toml", import.meta.url).pathname, { env: {} });
     expect(config.replicas.map((r) => r.name)).toEqual(["gpu0", "gpu1"]);
     expect(config.routing.policy).toBe("hybrid");
+    // the example shows the documented defaults, not a smaller bound
+    expect(config.routing.index_max_entries).toBe(2_000_000);
+  });
+
+  it("the example router.toml lists every policy", async () => {
+    const text = await Bun.file(new URL("../router.toml", import.meta.url)).text();
+    const listed = text.match(/^policy = "[^"]+"\s+# (.+)$/m)![1]!.split(" | ");
+    expect(listed.sort()).toEqual([...POLICY_NAMES].sort());
   });
 
   it("defaults fill everything but the replicas", () => {

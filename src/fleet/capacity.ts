@@ -7,7 +7,7 @@
  * are unevenly loaded or hold the same prefixes twice, and placement can help.
  */
 import type { Log } from "../log.ts";
-import type { Replica } from "./fleet.ts";
+import { DEFAULT_CHARS_PER_TOKEN, type Replica } from "./fleet.ts";
 
 export interface CapacityReading {
   replica: string;
@@ -46,7 +46,9 @@ export class CapacityWatch {
   /**
    * Update from the working set in characters (prefix index, within the window): per
    * replica, and for the fleet with each prefix once. Characters become tokens with each
-   * replica's calibrated characters per token (their mean for the fleet).
+   * replica's calibrated characters per token; for the fleet, with the ratio of what the
+   * replicas hold (their characters over their tokens), so a replica that holds nothing
+   * does not sway it, and distinct prefixes count exactly the sum of the per-replica figures.
    */
   update(
     replicas: readonly Replica[],
@@ -54,9 +56,17 @@ export class CapacityWatch {
     now: number,
   ): CapacityReading[] {
     const budgeted = replicas.filter((r) => r.config.kv_tokens > 0);
-    const meanCpt = replicas.length ? replicas.reduce((s, r) => s + r.charsPerToken, 0) / replicas.length : 4;
+    const tokensOf = (r: Replica) => (workingSet.perReplica.get(r.name) ?? 0) / r.charsPerToken;
+    let heldChars = 0;
+    let heldTokens = 0;
+    for (const r of replicas) {
+      heldChars += workingSet.perReplica.get(r.name) ?? 0;
+      heldTokens += tokensOf(r);
+    }
+    const fleetCpt = heldTokens > 0 ? heldChars / heldTokens : DEFAULT_CHARS_PER_TOKEN;
     this.fleet = {
-      workingSetTokens: Math.round(workingSet.fleet / meanCpt),
+      // A prefix held twice counts once in workingSet.fleet, so the fleet never exceeds the sum.
+      workingSetTokens: Math.round(Math.min(workingSet.fleet / fleetCpt, heldTokens > 0 ? heldTokens : Infinity)),
       kvTokens: budgeted.reduce((s, r) => s + r.config.kv_tokens, 0),
     };
     const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
@@ -66,7 +76,7 @@ export class CapacityWatch {
       : `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}), so routing cannot fix this: ${CAPACITY_LEVERS}`;
 
     this.readings = replicas.map((r) => {
-      const tokens = Math.round((workingSet.perReplica.get(r.name) ?? 0) / r.charsPerToken);
+      const tokens = Math.round(tokensOf(r));
       const kv = r.config.kv_tokens;
       const ratio = kv > 0 ? tokens / kv : 0;
       let since = this.episodes.get(r.name);

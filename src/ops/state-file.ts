@@ -4,8 +4,13 @@
  * does not lose its pins while the engines keep their caches.
  *
  * Layout: "LRST", format version (u32), header length (u32), a JSON header (saved_at, the
- * identity version, the Responses ids), then the index's binary snapshot — a million
- * entries are ~32 MB, written in tens of milliseconds where JSON would take seconds.
+ * identity version, the Responses ids, each replica's URL), then the index's binary
+ * snapshot — a million entries are ~32 MB, written in tens of milliseconds where JSON
+ * would take seconds.
+ *
+ * A replica is its name and its URL: a name now pointing at another URL is another engine
+ * (as a SIGHUP reload treats it), so what the file holds for it is dropped on load. A file
+ * without the URLs (written before they were saved) is kept by name.
  *
  * Saving writes a temp file, fsyncs it, renames it over the old one and fsyncs the
  * directory: a crash at any moment leaves either the old file or the new one. Loading
@@ -25,6 +30,8 @@ interface Header {
   saved_at: string;
   identity: number;
   responses: [string, string][];
+  /** Each configured replica's URL when saved, by name. */
+  replicas?: Record<string, string>;
 }
 
 export interface LoadCounts {
@@ -33,6 +40,11 @@ export interface LoadCounts {
   /** Records that were malformed (or named nothing the index accepts). */
   skipped_entries: number;
   skipped_responses: number;
+  /** What the file holds for replicas whose URL changed since it was saved: another engine's, dropped. */
+  dropped_entries: number;
+  dropped_responses: number;
+  /** Those replicas, comma-separated (absent when none). */
+  url_changed?: string;
 }
 
 export type LoadResult =
@@ -52,9 +64,10 @@ export function encodeState(responses: [string, string][], index: Uint8Array, he
   return [head, json, index];
 }
 
-export async function saveState(path: string, router: Router): Promise<{ entries: number; responses: number }> {
+/** Save the router's state; `urls` is each configured replica's URL by name. */
+export async function saveState(path: string, router: Router, urls: Record<string, string>): Promise<{ entries: number; responses: number }> {
   const responses = router.savedResponses();
-  const parts = encodeState(responses, router.index.snapshot());
+  const parts = encodeState(responses, router.index.snapshot(), { replicas: urls });
   const tmp = `${dirname(path)}/.${basename(path)}.tmp-${process.pid}`;
   try {
     const file = await open(tmp, "w", 0o600);
@@ -79,8 +92,11 @@ export async function saveState(path: string, router: Router): Promise<{ entries
   return { entries: router.index.size, responses: responses.length };
 }
 
-/** Load what the file holds for the replicas `keep` accepts. */
-export async function loadState(path: string, router: Router, keep: (replica: string) => boolean): Promise<LoadResult> {
+/**
+ * Load what the file holds for the configured replicas: `urlOf` gives a replica's URL now,
+ * undefined for a name no longer configured (whose records are unreachable, not malformed).
+ */
+export async function loadState(path: string, router: Router, urlOf: (replica: string) => string | undefined): Promise<LoadResult> {
   let bytes: Uint8Array;
   try {
     if (!(await stat(path)).isFile()) return { status: "unusable", reason: "cannot read it: not a regular file" };
@@ -108,29 +124,60 @@ export async function loadState(path: string, router: Router, keep: (replica: st
   if (header.identity !== IDENTITY_VERSION) {
     return { status: "unusable", reason: `written with prefix identity v${String(header.identity)}, this router computes v${IDENTITY_VERSION}` };
   }
+  const saved = header.replicas;
+  if (saved !== undefined && (saved === null || typeof saved !== "object" || Array.isArray(saved))) {
+    return { status: "unusable", reason: "its header's replica URLs are not a name → URL map" };
+  }
+  // Configured now but saved under another URL (or none, in a file that has the map).
+  const moved = (name: string) => saved !== undefined && urlOf(name) !== undefined && (Object.hasOwn(saved, name) ? saved[name] : undefined) !== urlOf(name);
+  const configured = (name: string) => urlOf(name) !== undefined;
+  const urlChanged = new Set<string>();
+  const note = (name: string) => {
+    if (moved(name)) urlChanged.add(name);
+    return configured(name);
+  };
 
   let restored: { restored: number; skipped: number };
   try {
-    restored = router.index.restore(bytes.subarray(12 + jsonLength), keep);
+    restored = router.index.restore(bytes.subarray(12 + jsonLength), note);
   } catch (error) {
     return { status: "unusable", reason: `its index could not be restored: ${(error as Error).message}` };
+  }
+  // Restored, then dropped, so that what is dropped is counted apart from what was malformed.
+  let droppedEntries = 0;
+  for (const name of urlChanged) {
+    const before = router.index.size;
+    router.index.forget(name);
+    droppedEntries += before - router.index.size;
   }
 
   let responses = 0;
   let skippedResponses = 0;
+  let droppedResponses = 0;
   for (const record of header.responses) {
     if (!isResponseRecord(record)) {
       skippedResponses++;
       continue;
     }
-    // A replica no longer configured: its responses are unreachable, not malformed.
-    if (!keep(record[1])) continue;
+    if (!note(record[1])) continue;
+    if (moved(record[1])) {
+      droppedResponses++;
+      continue;
+    }
     router.rememberResponse(record[0], record[1]);
     responses++;
   }
   return {
     status: "restored",
-    counts: { entries: restored.restored, responses, skipped_entries: restored.skipped, skipped_responses: skippedResponses },
+    counts: {
+      entries: restored.restored - droppedEntries,
+      responses,
+      skipped_entries: restored.skipped,
+      skipped_responses: skippedResponses,
+      dropped_entries: droppedEntries,
+      dropped_responses: droppedResponses,
+      ...(urlChanged.size ? { url_changed: [...urlChanged].join(", ") } : {}),
+    },
   };
 }
 

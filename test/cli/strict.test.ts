@@ -30,6 +30,9 @@ describe("every subcommand rejects what it does not know, with exit 2, before ru
     ["check", ["--confg", "x.toml"], /check: unknown flag --confg; did you mean --config\?/],
     ["check", ["router.toml"], /check: unexpected argument "router.toml"; did you mean --config router.toml\?/],
     ["check", ["-c", "r.toml", "--", "extra"], /check: unexpected argument "extra"/],
+    // after "--" a word is an argument even when it looks like a flag: suggesting that flag would be wrong
+    ["status", ["--", "--url", "x"], /status: unexpected argument "--url"; words after "--" are arguments, not flags, and this command takes none$/m],
+    ["check", ["--", "router.toml"], /check: unexpected argument "router.toml"; words after "--" are arguments, not flags, and this command takes none$/m],
     ["check", ["--config=", "x"], /check: --config needs a value/],
     ["status", ["--jsno"], /status: unknown flag --jsno; did you mean --json\?/],
     ["status", ["--json=yes"], /status: --json is a switch and takes no value \(got --json=yes\)/],

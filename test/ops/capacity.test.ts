@@ -39,9 +39,54 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
   it("calibration is led by large prompts: short ones with template overhead barely move it", () => {
     const gpu0 = replica("gpu0", 1000);
     for (let i = 0; i < 5; i++) gpu0.observeTokens(320_000, 80_000);
-    for (let i = 0; i < 10; i++) gpu0.observeTokens(12, 13);
+    for (let i = 0; i < 10; i++) gpu0.observeTokens(240, 80); // 20 of the 80 tokens are template
     expect(gpu0.charsPerToken).toBeGreaterThan(3.99);
     expect(gpu0.charsPerToken).toBeLessThan(4);
+  });
+
+  it("keeps the default until 1,000 prompt tokens were seen, and never learns from one-line prompts", () => {
+    const gpu1 = replica("gpu1", 1000);
+    gpu1.observeTokens(7, 13); // {"role":"user","content":"hi"}: the chat template is most of it
+    expect(gpu1.charsPerToken).toBe(4);
+    for (let i = 0; i < 200; i++) gpu1.observeTokens(7, 13); // 2,600 tokens of "hi"s: still nothing to learn from
+    expect(gpu1.charsPerToken).toBe(4);
+    gpu1.observeTokens(1500, 500);
+    expect(gpu1.charsPerToken).toBe(4); // 500 tokens: not enough yet
+    gpu1.observeTokens(1500, 500);
+    expect(gpu1.charsPerToken).toBeCloseTo(3, 5); // 1,000: this engine's own ratio
+  });
+
+  it("a real agent turn calibrates at once", () => {
+    const gpu0 = replica("gpu0", 1000);
+    gpu0.observeTokens(9000, 3000);
+    expect(gpu0.charsPerToken).toBe(3);
+  });
+
+  it("the fleet's tokens use the ratio of what is held: a replica holding nothing does not sway it", () => {
+    const watch = new CapacityWatch(memoryLog());
+    const gpu0 = replica("gpu0", 100_000);
+    const gpu1 = replica("gpu1", 100_000);
+    gpu0.observeTokens(26_000, 8_693); // two agent conversations: ~3 chars per token
+    gpu1.observeTokens(2, 13); // one "hi"
+    gpu1.charsPerToken = 0.54; // even if a replica's ratio is way off
+    const readings = watch.update([gpu0, gpu1], { perReplica: new Map([["gpu0", 26_000], ["gpu1", 0]]), fleet: 26_000 }, 1);
+    expect(readings.map((r) => r.workingSetTokens)).toEqual([8693, 0]);
+    expect(watch.fleet.workingSetTokens).toBe(8693);
+  });
+
+  it("distinct prefixes on replicas of different ratios sum exactly; shared ones count once", () => {
+    const watch = new CapacityWatch(memoryLog());
+    const gpu0 = replica("gpu0", 100_000);
+    const gpu1 = replica("gpu1", 100_000);
+    gpu0.observeTokens(20_000, 10_000); // 2 chars per token
+    gpu1.observeTokens(40_000, 10_000); // 4 chars per token
+    const distinct = watch.update([gpu0, gpu1], { perReplica: new Map([["gpu0", 6000], ["gpu1", 2000]]), fleet: 8000 }, 1);
+    expect(distinct.map((r) => r.workingSetTokens)).toEqual([3000, 500]);
+    expect(watch.fleet.workingSetTokens).toBe(3500);
+    // the 2,000 characters on gpu1 are also on gpu0: 6,000 distinct
+    watch.update([gpu0, gpu1], { perReplica: new Map([["gpu0", 6000], ["gpu1", 2000]]), fleet: 6000 }, 2);
+    expect(watch.fleet.workingSetTokens).toBeLessThan(3500);
+    expect(watch.fleet.workingSetTokens).toBeGreaterThanOrEqual(2625);
   });
 
   it("a replica without kv_tokens is never over budget", () => {
@@ -50,7 +95,6 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     expect(watch.update([replica("gpu0", 0)], { perReplica: new Map([["gpu0", 1e9]]), fleet: 1e9 }, 1)[0]).toMatchObject({ over: false, ratio: 0 });
     expect(log.records).toEqual([]);
   });
-});
 
   it("when the fleet as a whole fits, the advice is placement, not another card", () => {
     const log = memoryLog();
@@ -63,3 +107,4 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     expect(watch.fleet).toEqual({ workingSetTokens: 1300, kvTokens: 2000 });
     expect(log.records.filter((r) => r.level === "warn")).toHaveLength(2);
   });
+});

@@ -7,6 +7,7 @@
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import type { DashboardData } from "../../src/ops/dashboard/data.ts";
+import type { RouteReason } from "../../src/route/policy.ts";
 import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
@@ -30,6 +31,11 @@ describe("/dashboard", () => {
     expect(csp).toContain("connect-src 'self'");
     expect(csp).toMatch(/script-src 'sha256-[A-Za-z0-9+/=]+'/);
     expect(csp).not.toContain("unsafe");
+    // "What the reasons mean" names every route reason a policy can give (a Record, so tsc
+    // fails here when a reason is added and not listed).
+    const reasons: Record<RouteReason, true> = { pin: true, cache: true, session: true, spread: true, cost: true, spill: true, hash: true, load: true, random: true, sticky: true };
+    const explained = [...html.matchAll(/<dt>([^<]+)<\/dt>/g)].flatMap((m) => m[1]!.split(/,\s*/));
+    expect(Object.keys(reasons).filter((r) => !explained.includes(r))).toEqual([]);
     expect((await fetch(`${router.url}/dashboard/`)).status).toBe(200);
     expect((await fetch(`${router.url}/dashboard`, { method: "POST" })).status).toBe(404);
   });

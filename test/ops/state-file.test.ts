@@ -13,9 +13,12 @@ import { PrefixIndex } from "../../src/route/prefix.ts";
 import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
 afterAll(killAll);
+
+const status = async (url: string) => (await (await fetch(`${url}/status`)).json()) as StatusDocument;
 
 /** Index entries in a state file (0 while there is none): the snapshot's count, after the JSON header. */
 async function savedEntries(file: string): Promise<number> {
@@ -75,6 +78,31 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     expect(await convo.turn(second.client())).toMatchObject({ replica: "gpu1", route: "pin" });
   });
 
+  it("a replica whose URL changed while the router was down is another engine: its pins and Responses ids are dropped, and the log counts them", async () => {
+    const [gpu0, gpu1, moved] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1"), startSimProc("gpu0-elsewhere")]);
+    const file = `${await tempDir("llmroute-state-")}/index.json`;
+    const first = await startRouterProc([gpu0, gpu1], { toml: stateToml(file) });
+    const client = first.client();
+    const { response } = await client.responses.create({ model: "sim-model", input: "remember me" }).withResponse();
+    expect(response.headers.get("x-llmroute-replica")).toBe("gpu0"); // the counter's first pick
+    for (const label of ["one", "two", "three"]) await conversation(label).turn(client);
+    const before = Object.fromEntries((await status(first.url)).replicas.map((r) => [r.name, r.index_entries]));
+    expect(before.gpu0).toBeGreaterThan(0);
+    expect(before.gpu1).toBeGreaterThan(0);
+    expect(await first.kill("SIGTERM")).toBe(0); // saves on stop
+
+    const second = await startRouterProc([{ name: "gpu0", url: moved.url }, gpu1], { toml: stateToml(file) });
+    expect(logRecords(second, "restored routing state")[0]).toMatchObject({
+      entries: before.gpu1,
+      responses: 0,
+      dropped_entries: before.gpu0,
+      dropped_responses: 1,
+      url_changed: "gpu0",
+    });
+    const after = Object.fromEntries((await status(second.url)).replicas.map((r) => [r.name, r.index_entries]));
+    expect(after).toEqual({ gpu0: 0, gpu1: before.gpu1! });
+  });
+
   const withFormat = (n: number) => {
     const [head, json, index] = encodeState([], new Uint8Array(0));
     new DataView(head!.buffer).setUint32(4, n, true);
@@ -86,6 +114,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     ["a truncated header", Buffer.concat(encodeState([], new Uint8Array(0))).subarray(0, 20), /^truncated header/],
     ["another identity version", Buffer.concat(encodeState([], new Uint8Array(0), { identity: 1 })), /prefix identity v1, this router computes v2/],
     ["JSON null", "null", /^not an llmroute state file/],
+    ["replica URLs that are not a map", Buffer.concat(encodeState([], new Uint8Array(0), { replicas: ["gpu0"] as unknown as Record<string, string> })), /replica URLs are not a name → URL map/],
   ])("%s: a warning and a cold start, never a refusal to start", async (_name, content, reason) => {
     const gpu0 = await startSimProc("gpu0");
     const file = `${await tempDir("llmroute-state-")}/index.json`;
@@ -122,6 +151,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     const records = snapshot.length - 4 * 32;
     new DataView(snapshot.buffer).setFloat64(records + 32 + 20, Number.NaN, true);
     const responses = [["resp_kept", "gpu1"], null, ["resp_bad", 5], ["", "gpu0"], ["resp_gone", "gpu9"], "resp_x"] as unknown as [string, string][];
+    // No replica URLs in the header, as the previous build wrote it: kept by name.
     await Bun.write(file, Buffer.concat(encodeState(responses, snapshot)));
     const router = await startRouterProc([gpu0, gpu1], { toml: stateToml(file) });
     expect(logRecords(router, "restored routing state")[0]).toMatchObject({ entries: 2, skipped_entries: 2, responses: 1, skipped_responses: 4 });
