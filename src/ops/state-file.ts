@@ -32,6 +32,8 @@ interface Header {
   responses: [string, string][];
   /** Each configured replica's URL when saved, by name. */
   replicas?: Record<string, string>;
+  /** routing.chunk_chars when saved: links cut at another size never match. */
+  chunk_chars?: number;
 }
 
 export interface LoadCounts {
@@ -65,9 +67,9 @@ export function encodeState(responses: [string, string][], index: Uint8Array, he
 }
 
 /** Save the router's state; `urls` is each configured replica's URL by name. */
-export async function saveState(path: string, router: Router, urls: Record<string, string>): Promise<{ entries: number; responses: number }> {
+export async function saveState(path: string, router: Router, urls: Record<string, string>, chunkChars?: number): Promise<{ entries: number; responses: number }> {
   const responses = router.savedResponses();
-  const parts = encodeState(responses, router.index.snapshot(), { replicas: urls });
+  const parts = encodeState(responses, router.index.snapshot(), { replicas: urls, ...(chunkChars === undefined ? {} : { chunk_chars: chunkChars }) });
   const tmp = `${dirname(path)}/.${basename(path)}.tmp-${process.pid}`;
   try {
     const file = await open(tmp, "w", 0o600);
@@ -96,7 +98,7 @@ export async function saveState(path: string, router: Router, urls: Record<strin
  * Load what the file holds for the configured replicas: `urlOf` gives a replica's URL now,
  * undefined for a name no longer configured (whose records are unreachable, not malformed).
  */
-export async function loadState(path: string, router: Router, urlOf: (replica: string) => string | undefined): Promise<LoadResult> {
+export async function loadState(path: string, router: Router, urlOf: (replica: string) => string | undefined, chunkChars?: number): Promise<LoadResult> {
   let bytes: Uint8Array;
   try {
     if (!(await stat(path)).isFile()) return { status: "unusable", reason: "cannot read it: not a regular file" };
@@ -123,6 +125,9 @@ export async function loadState(path: string, router: Router, urlOf: (replica: s
   }
   if (header.identity !== IDENTITY_VERSION) {
     return { status: "unusable", reason: `written with prefix identity v${String(header.identity)}, this router computes v${IDENTITY_VERSION}` };
+  }
+  if (chunkChars !== undefined && header.chunk_chars !== undefined && header.chunk_chars !== chunkChars) {
+    return { status: "unusable", reason: `written with routing.chunk_chars = ${String(header.chunk_chars)}, this router cuts ${chunkChars}: its prefixes would match only up to the first cut` };
   }
   const saved = header.replicas;
   if (saved !== undefined && (saved === null || typeof saved !== "object" || Array.isArray(saved))) {

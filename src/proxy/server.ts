@@ -89,7 +89,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
 
   if (config.routing.state_file) {
     // The index is a hint: an unreadable or corrupt file means a cold start, never a refusal to start.
-    const loaded = await loadState(config.routing.state_file, router, (name) => fleet.byName(name)?.config.url);
+    const loaded = await loadState(config.routing.state_file, router, (name) => fleet.byName(name)?.config.url, config.routing.chunk_chars);
     if (loaded.status === "restored") log.info("restored routing state", { file: config.routing.state_file, ...loaded.counts });
     else if (loaded.status === "unusable") log.warn("routing state not restored; starting cold", { file: config.routing.state_file, reason: loaded.reason });
   }
@@ -166,7 +166,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     if (!file || (why === "interval" && changes === savedAt)) return;
     const at = changes;
     try {
-      const saved = await saveState(file, router, Object.fromEntries(fleet.replicas.map((r) => [r.name, r.config.url])));
+      const saved = await saveState(file, router, Object.fromEntries(fleet.replicas.map((r) => [r.name, r.config.url])), config.routing.chunk_chars);
       savedAt = at;
       if (why === "stop") log.info("saved routing state", { file, ...saved });
       else log.debug("saved routing state", { file, ...saved });

@@ -113,6 +113,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     ["another format", withFormat(1), /^state file format 1, this router reads 2/],
     ["a truncated header", Buffer.concat(encodeState([], new Uint8Array(0))).subarray(0, 20), /^truncated header/],
     ["another identity version", Buffer.concat(encodeState([], new Uint8Array(0), { identity: 1 })), /prefix identity v1, this router computes v2/],
+    ["another routing.chunk_chars", Buffer.concat(encodeState([], new Uint8Array(0), { chunk_chars: 512 })), /chunk_chars = 512, this router cuts 1024/],
     ["JSON null", "null", /^not an llmroute state file/],
     ["replica URLs that are not a map", Buffer.concat(encodeState([], new Uint8Array(0), { replicas: ["gpu0"] as unknown as Record<string, string> })), /replica URLs are not a name → URL map/],
   ])("%s: a warning and a cold start, never a refusal to start", async (_name, content, reason) => {
