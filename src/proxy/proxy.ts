@@ -460,57 +460,24 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return { kind: "response", response: new Response(all && all.byteLength > 0 ? all : null, { status: res.status, headers }) };
     }
 
-    const relay = (controller: ReadableStreamDefaultController<Uint8Array>, chunk: Uint8Array) => {
+    /** Pass a chunk on; false when nothing of it is for the client (the usage stripper took it all). */
+    const relay = (controller: ReadableStreamDefaultController<Uint8Array>, chunk: Uint8Array): boolean => {
       tap.push(chunk);
       const out = stripper ? stripper.push(chunk) : chunk;
-      if (out.byteLength > 0) controller.enqueue(out);
+      if (out.byteLength === 0) return false;
+      controller.enqueue(out);
+      return true;
     };
     const body = new ReadableStream<Uint8Array>({
       start(controller) {
         relay(controller, first!.value!);
       },
       async pull(controller) {
-        // Only while the client reads: a client that does not read holds the upstream back, not this timer.
-        const idle = setTimeout(timeout("stream_idle", `no data for ${ms(routing.stream_idle_timeout_ms)} (routing.stream_idle_timeout)`), routing.stream_idle_timeout_ms);
-        try {
-          const { done, value } = await reader.read();
-          if (done) {
-            const rest = stripper?.end();
-            if (rest && rest.byteLength > 0) controller.enqueue(rest);
-            finish("ok");
-            controller.close();
-            return;
-          }
-          relay(controller, value);
-        } catch (error) {
-          if (stop?.kind === "client" || finished) return;
-          // Bytes already reached the client: never retry. End the stream with an error.
-          let outcome: Outcome = "upstream_error";
-          let status = 502;
-          let message: string;
-          if (stop?.kind === "drain") {
-            outcome = "drain_timeout";
-            status = 503;
-            message = "the router is shutting down: server.drain_timeout passed before this response finished";
-          } else {
-            const failure = stop?.kind === "failure" ? stop.failure : classify(error, " after the response started");
-            if (failure.timer) replica.timeouts[failure.timer]++;
-            if (failure.kind === "timeout") {
-              outcome = "timeout";
-              status = 504;
-            }
-            fleet.failed(replica, failure);
-            message = `replica ${replica.name} failed mid-stream: ${failure.reason}`;
-            log.warn("upstream failed mid-response", { replica: replica.name, reason: failure.reason });
-          }
-          upstream.abort();
-          finish(outcome, message);
-          if (isSse) {
-            controller.enqueue(new TextEncoder().encode(streamErrorEvent(ctx.shape.endpoint, message, status)));
-            controller.close();
-          } else controller.error(error);
-        } finally {
-          clearTimeout(idle);
+        // A pull that enqueues nothing is not called again, and the client would wait forever
+        // (the stripper takes a usage chunk that arrives on its own whole): read on until
+        // something is for the client, or the end.
+        for (;;) {
+          if (await relayNext(controller)) return;
         }
       },
       cancel() {
@@ -521,6 +488,53 @@ export function createProxy(deps: ProxyDeps): Proxy {
         finish(outcome);
       },
     });
+
+    /** Read the next upstream chunk and pass it on; true once the client got something or the stream ended. */
+    async function relayNext(controller: ReadableStreamDefaultController<Uint8Array>): Promise<boolean> {
+      // Only while the client reads: a client that does not read holds the upstream back, not this timer.
+      const idle = setTimeout(timeout("stream_idle", `no data for ${ms(routing.stream_idle_timeout_ms)} (routing.stream_idle_timeout)`), routing.stream_idle_timeout_ms);
+      try {
+        const { done, value } = await reader!.read();
+        if (done) {
+          const rest = stripper?.end();
+          if (rest && rest.byteLength > 0) controller.enqueue(rest);
+          finish("ok");
+          controller.close();
+          return true;
+        }
+        return relay(controller, value);
+      } catch (error) {
+        if (stop?.kind === "client" || finished) return true;
+        // Bytes already reached the client: never retry. End the stream with an error.
+        let outcome: Outcome = "upstream_error";
+        let status = 502;
+        let message: string;
+        if (stop?.kind === "drain") {
+          outcome = "drain_timeout";
+          status = 503;
+          message = "the router is shutting down: server.drain_timeout passed before this response finished";
+        } else {
+          const failure = stop?.kind === "failure" ? stop.failure : classify(error, " after the response started");
+          if (failure.timer) replica.timeouts[failure.timer]++;
+          if (failure.kind === "timeout") {
+            outcome = "timeout";
+            status = 504;
+          }
+          fleet.failed(replica, failure);
+          message = `replica ${replica.name} failed mid-stream: ${failure.reason}`;
+          log.warn("upstream failed mid-response", { replica: replica.name, reason: failure.reason });
+        }
+        upstream.abort();
+        finish(outcome, message);
+        if (isSse) {
+          controller.enqueue(new TextEncoder().encode(streamErrorEvent(ctx.shape.endpoint, message, status)));
+          controller.close();
+        } else controller.error(error);
+        return true;
+      } finally {
+        clearTimeout(idle);
+      }
+    }
     flight.streaming = true;
     return { kind: "response", response: new Response(body, { status: res.status, headers }) };
   }

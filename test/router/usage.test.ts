@@ -72,6 +72,46 @@ describe("a stream that did not ask for usage", () => {
   });
 });
 
+describe("the usage chunk arriving on its own", () => {
+  it("is taken out and the stream still ends: the relay reads on until it has something for the client", async () => {
+    // An engine whose usage chunk and [DONE] reach the router in separate reads (found by the
+    // soak: 11 of 64,000 streams hung until the client gave up, with no error and no timeout).
+    const events = [
+      `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n`,
+      `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n`,
+      `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}\n\n`,
+      "data: [DONE]\n\n",
+    ];
+    const engine = Bun.serve({
+      port: 0,
+      fetch(req) {
+        if (new URL(req.url).pathname === "/health") return new Response("ok");
+        let i = 0;
+        return new Response(
+          new ReadableStream({
+            async pull(controller) {
+              // each event in its own write, a moment apart, so each is its own read upstream
+              if (i > 0) await Bun.sleep(30);
+              if (i === events.length) return controller.close();
+              controller.enqueue(new TextEncoder().encode(events[i++]!));
+            },
+          }),
+          { headers: { "content-type": "text/event-stream" } },
+        );
+      },
+    });
+    try {
+      const own = await startRouterProc([{ name: "engine", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\n` }]);
+      const chunks = await collect(own.client(), { model: "m", stream: true, messages: [{ role: "user", content: "x" }] });
+      expect(chunks.map((c) => c.choices[0]?.delta?.content ?? null)).toEqual(["hi", null]);
+      expect(chunks.some((c) => c.usage)).toBe(false);
+      expect(await until(() => logRecords(own, "request").at(-1), "the request's log line")).toMatchObject({ status: 200, prompt_tokens: 7 });
+    } finally {
+      engine.stop(true);
+    }
+  });
+});
+
 describe("a stream that asked for usage", () => {
   it("gets its usage chunk, as from the engine", async () => {
     const chunks = await collect(router.client(), {
