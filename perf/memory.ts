@@ -42,6 +42,7 @@ const { values } = parseArgs({
     // internal: one fill in this (fresh) process
     child: { type: "string" },
     state: { type: "string" },
+    "engine-url": { type: "string" },
   },
 });
 
@@ -51,7 +52,7 @@ const replicaToml = (url: string) =>
 const config = parseConfig(replicaToml("http://127.0.0.1:9"), "<perf>", { env: {} });
 
 if (values.child) {
-  console.log(JSON.stringify(await fill(Number(values.child), values.state)));
+  console.log(JSON.stringify(await fill(Number(values.child), values.state, values["engine-url"])));
   process.exit(0);
 }
 
@@ -66,9 +67,13 @@ try {
   const results: MemorySize[] = [];
   let capacity: MemoryResults["capacity"];
   const state = join(dir, "state.bin");
+  // The state file names each replica's URL, and a router drops what it holds for a replica
+  // whose URL changed: it is saved with the URL the measured router will use.
+  const enginePort = await freePort();
+  const engineUrl = `http://127.0.0.1:${enginePort}`;
   for (const size of sizes) {
     say(`perf/memory: filling ${size.toLocaleString("en-US")} entries in a fresh process`);
-    const args = ["--child", String(size), ...(size === stateSize ? ["--state", state] : [])];
+    const args = ["--child", String(size), ...(size === stateSize ? ["--state", state, "--engine-url", engineUrl] : [])];
     const proc = Bun.spawn([process.execPath, import.meta.path, ...args], { stdout: "pipe", stderr: "inherit" });
     const [out, code] = await Promise.all([new Response(proc.stdout).text(), proc.exited]);
     if (code !== 0) throw new Error(`the fill of ${size} entries exited with ${code}`);
@@ -80,8 +85,7 @@ try {
 
   let router: MemoryResults["router"];
   if (!values["no-router"]) {
-    const enginePort = await freePort();
-    const engine = await startServer({ name: "engine", cmd: [process.execPath, join(ROOT, "perf/engine.ts"), "--port", String(enginePort)], url: `http://127.0.0.1:${enginePort}`, log: join(dir, "engine.log") });
+    const engine = await startServer({ name: "engine", cmd: [process.execPath, join(ROOT, "perf/engine.ts"), "--port", String(enginePort)], url: engineUrl, log: join(dir, "engine.log") });
     servers.push(engine);
     const port = await freePort();
     const toml = join(dir, "router.toml");
@@ -98,6 +102,8 @@ try {
     };
     const first = await get("/status");
     const entries = (JSON.parse(first.body) as { index?: { entries?: number } }).index?.entries ?? NaN;
+    const saved = results.find((r) => r.entries >= stateSize)?.entries ?? stateSize;
+    if (!(entries >= saved * 0.99)) throw new Error(`the router restored ${entries} of the ${saved} entries saved`);
     const n = 20;
     const status: number[] = [];
     const metrics: number[] = [];
@@ -131,7 +137,7 @@ try {
 }
 
 /** Fill an index to `entries` with three-turn chats, measure, and (at the bound) time capacity readings and save it. */
-async function fill(entries: number, statePath?: string): Promise<MemorySize & { capacity?: MemoryResults["capacity"] }> {
+async function fill(entries: number, statePath?: string, engineUrl?: string): Promise<MemorySize & { capacity?: MemoryResults["capacity"] }> {
   const hasher = createHasher();
   const index = new PrefixIndex({ maxEntries: config.routing.index_max_entries, ttlMs: config.routing.index_ttl_ms, windowMs: config.routing.capacity_window_ms });
   const router = new Router({ policy: createPolicy(config.routing.policy), index, hasher, maxInflight: config.routing.max_inflight, cacheAware: config.routing.cache_aware });
@@ -171,7 +177,7 @@ async function fill(entries: number, statePath?: string): Promise<MemorySize & {
   const size: MemorySize = { entries: index.size, conversations, rssMB: rss / 1e6, baseRssMB: baseRss / 1e6, indexBytes: index.memoryBytes(), fillSeconds };
   if (!statePath) return size;
 
-  await saveState(statePath, router, Object.fromEntries(config.replicas.map((r) => [r.name, r.url])));
+  await saveState(statePath, router, Object.fromEntries(config.replicas.map((r) => [r.name, engineUrl ?? r.url])), config.routing.chunk_chars);
   // Capacity readings as the server takes them: every 2 s of clock, each visiting only the entries that left the window.
   const samples: number[] = [];
   for (let i = 0; i < 200; i++) {
