@@ -31,8 +31,6 @@ export const IDENTITY_VERSION = 2;
 const SEGMENT = 0x9e3779b97f4a7c15n;
 const MASK32 = 0xffffffffn;
 
-export const EMPTY_CHAIN: PrefixChain = { lo: new Uint32Array(0), hi: new Uint32Array(0), ends: new Uint32Array(0), length: 0 };
-
 export interface ChainSource {
   tenant: string;
   model?: string;
