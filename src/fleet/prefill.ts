@@ -67,11 +67,13 @@ export class PrefillQueue {
     this.rate = Math.min(1e7, Math.max(50, this.work / this.seconds));
   }
 
-  /** Commit time of the oldest request still prefilling, if any. */
+  /**
+   * Commit time of the oldest request still prefilling, if any. Read for every replica on
+   * every decision, so not a scan: requests begin in the order they were committed and a
+   * Map keeps insertion order, so the first pending one is the oldest.
+   */
   oldestCommit(): number | undefined {
-    let oldest: number | undefined;
-    for (const p of this.pending.values()) if (oldest === undefined || p.committedAt < oldest) oldest = p.committedAt;
-    return oldest;
+    return this.pending.values().next().value?.committedAt;
   }
 
   /** Queued tokens including requests the engine reports waiting that this router did not send. */

@@ -25,6 +25,18 @@ describe("PrefillQueue", () => {
     expect(q.rate).toBe(8_000);
   });
 
+  it("the oldest commit still prefilling, as requests end in any order", () => {
+    const q = new PrefillQueue();
+    const [a, b, c] = [q.begin(1000, 100), q.begin(1000, 200), q.begin(1000, 300)];
+    expect(q.oldestCommit()).toBe(100);
+    q.end(b);
+    expect(q.oldestCommit()).toBe(100);
+    q.end(a);
+    expect(q.oldestCommit()).toBe(300);
+    q.end(c);
+    expect(q.oldestCommit()).toBeUndefined();
+  });
+
   it("the engine's own queue counts beyond what this router sent", () => {
     const q = new PrefillQueue();
     q.begin(1_000, 1);
