@@ -33,8 +33,11 @@ export interface ReplicaConfig {
   models: string[];
   /** Resolved upstream key (the `env:NAME` form is resolved at load). Never logged. */
   api_key?: string;
-  /** Engine metrics path to scrape for load signals; undefined = do not scrape. */
-  metrics?: string;
+  /**
+   * Engine metrics path, scraped wherever it answers with Prometheus text (load, cache
+   * counters, capacity, restarts); false = never scraped. Default "/metrics".
+   */
+  metrics?: string | false;
   /** Overrides health.path for this replica (Ollama has no /health: use "/api/version"). */
   health_path?: string;
 }
@@ -354,7 +357,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
       seen.set(name, i);
     }
     const apiKey = optionalField(ctx, t, `${prefix}.api_key`, ctx.resolveSecrets ? secret(ctx.env) : secretShape);
-    const metrics = optionalField(ctx, t, `${prefix}.metrics`, metricsPath);
+    const metrics = field(ctx, t, `${prefix}.metrics`, DEFAULT_METRICS_PATH, metricsPath);
     const healthPath = optionalField(ctx, t, `${prefix}.health_path`, urlPath);
     return {
       name: name ?? `replica${i}`,
@@ -362,7 +365,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
       kv_tokens: field(ctx, t, `${prefix}.kv_tokens`, 0, integer(0)),
       models: field(ctx, t, `${prefix}.models`, [] as string[], arrayOf(nonEmptyString)),
       ...(apiKey === undefined ? {} : { api_key: apiKey }),
-      ...(metrics === undefined ? {} : { metrics }),
+      metrics: metrics ?? DEFAULT_METRICS_PATH,
       ...(healthPath === undefined ? {} : { health_path: healthPath }),
     };
   });
@@ -489,10 +492,14 @@ const httpUrl: Check<string> = (v) => {
 const urlPath: Check<string> = (v) =>
   typeof v === "string" && v.startsWith("/") ? ok(v) : bad("must be a path starting with \"/\"");
 
-const metricsPath: Check<string> = (v) => {
-  if (v === true) return ok("/metrics");
+/** Engines' /metrics are scraped by default wherever they answer; `metrics = false` turns it off. */
+export const DEFAULT_METRICS_PATH = "/metrics";
+
+const metricsPath: Check<string | false> = (v) => {
+  if (v === true) return ok(DEFAULT_METRICS_PATH);
+  if (v === false) return ok(false);
   if (typeof v === "string" && v.startsWith("/")) return ok(v);
-  return bad("must be true (scrape /metrics) or a path starting with \"/\"");
+  return bad("must be a path starting with \"/\" (default \"/metrics\", scraped wherever it answers), or false (never scrape)");
 };
 
 /** A secret as written, unresolved (`resolveSecrets: false`). */
@@ -647,7 +654,7 @@ export function describeConfig(config: Config): string {
       `kv_tokens = ${r.kv_tokens}`,
       `models = ${r.models.length ? JSON.stringify(r.models) : "[]  # discovered from /v1/models"}`,
       ...(r.api_key ? ["api_key = \"<set, hidden>\""] : []),
-      ...(r.metrics ? [`metrics = "${r.metrics}"`] : []),
+      `metrics = ${r.metrics === false ? "false  # never scraped" : `"${r.metrics}"  # scraped wherever it answers`}`,
       ...(r.health_path ? [`health_path = "${r.health_path}"`] : []),
     );
   }

@@ -1,8 +1,12 @@
 /**
- * Engine /metrics: a Prometheus text parser and the catalogue of names each engine family
- * exposes (per ../shared/REFERENCE.md; names drift between versions, so every reader
- * reports which names it found and which it did not, instead of guessing).
+ * Engine /metrics: a Prometheus text parser, and reading a scrape through the family
+ * profiles (src/engines/<family>.ts hold the names and what they mean). Names drift between
+ * versions, so every reader reports which names it found and which it did not.
  */
+import { detectFamily, PROFILES } from "./index.ts";
+import { ENGINE_FAMILIES, type EngineFamily, type Signal } from "./profile.ts";
+
+export type { EngineFamily, Signal };
 
 export interface Sample {
   labels: Record<string, string>;
@@ -43,50 +47,10 @@ export function total(metrics: Map<string, Sample[]>, name: string): number | un
   return samples ? samples.reduce((sum, s) => sum + s.value, 0) : undefined;
 }
 
-export type EngineFamily = "vllm" | "sglang" | "llamacpp";
-export type Signal =
-  | "running"
-  | "waiting"
-  | "kv_usage"
-  | "prefix_queries"
-  | "prefix_hits"
-  | "cache_hit_rate"
-  | "prompt_tokens"
-  | "generation_tokens"
-  | "preemptions"
-  | "kv_capacity"
-  | "ttft";
-
-/** Known names per family and signal, newest first. A signal missing from a family has no entry. */
-export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, string[]>>> = {
-  vllm: {
-    running: ["vllm:num_requests_running"],
-    waiting: ["vllm:num_requests_waiting"],
-    kv_usage: ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-    prefix_queries: ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
-    prefix_hits: ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
-    prompt_tokens: ["vllm:prompt_tokens_total"],
-    generation_tokens: ["vllm:generation_tokens_total"],
-    preemptions: ["vllm:num_preemptions_total"],
-    // a histogram: its _count series says whether it is exposed
-    ttft: ["vllm:time_to_first_token_seconds_count"],
-  },
-  sglang: {
-    running: ["sglang:num_running_reqs"],
-    waiting: ["sglang:num_queue_reqs"],
-    kv_usage: ["sglang:token_usage"],
-    cache_hit_rate: ["sglang:cache_hit_rate"],
-    kv_capacity: ["sglang:max_total_num_tokens"],
-    prompt_tokens: ["sglang:prompt_tokens_total"],
-    ttft: ["sglang:time_to_first_token_seconds_count"],
-  },
-  llamacpp: {
-    running: ["llamacpp:requests_processing"],
-    waiting: ["llamacpp:requests_deferred"],
-    prompt_tokens: ["llamacpp:prompt_tokens_total"],
-    kv_capacity: ["llamacpp:n_tokens_max"],
-  },
-};
+/** The signal catalogue per family, from the profiles (src/engines/<family>.ts). */
+export const ENGINE_METRICS: Record<EngineFamily, Partial<Record<Signal, readonly string[]>>> = Object.fromEntries(
+  ENGINE_FAMILIES.map((f) => [f, PROFILES[f].metrics]),
+) as Record<EngineFamily, Partial<Record<Signal, readonly string[]>>>;
 
 export interface EngineReading {
   family?: EngineFamily;
@@ -100,8 +64,7 @@ export interface EngineReading {
 
 /** Which family the endpoint belongs to (by metric prefix), and its signals (all, or only `wanted`). */
 export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Signal[]): EngineReading {
-  const names = [...metrics.keys()];
-  const family = (["vllm", "sglang", "llamacpp"] as const).find((f) => names.some((n) => n.startsWith(`${f}:`)));
+  const family = detectFamily({ metrics })?.family;
   const reading: EngineReading = { values: {}, found: {}, missing: [] };
   if (!family) return reading;
   reading.family = family;
@@ -113,9 +76,15 @@ export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Sig
       continue;
     }
     reading.found[signal] = name;
-    const sum = total(metrics, name)!;
+    // A NaN or infinite sample is a missing value, not a number to compare.
+    const finite = metrics.get(name)!.filter((s) => Number.isFinite(s.value));
+    if (finite.length === 0) {
+      reading.missing.push(signal);
+      continue;
+    }
+    const sum = finite.reduce((a, s) => a + s.value, 0);
     // Ratios are averaged over data-parallel engines; counts and gauges of requests add up.
-    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / metrics.get(name)!.length : sum;
+    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / finite.length : sum;
   }
   return reading;
 }

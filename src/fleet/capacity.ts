@@ -55,7 +55,8 @@ export class CapacityWatch {
     workingSet: { perReplica: ReadonlyMap<string, number>; fleet: number },
     now: number,
   ): CapacityReading[] {
-    const budgeted = replicas.filter((r) => r.config.kv_tokens > 0);
+    const kvOf = (r: Replica) => r.kvBelief ?? r.startingKvTokens() ?? 0;
+    const budgeted = replicas.filter((r) => kvOf(r) > 0);
     const tokensOf = (r: Replica) => (workingSet.perReplica.get(r.name) ?? 0) / r.charsPerToken;
     let heldChars = 0;
     let heldTokens = 0;
@@ -67,7 +68,7 @@ export class CapacityWatch {
     this.fleet = {
       // A prefix held twice counts once in workingSet.fleet, so the fleet never exceeds the sum.
       workingSetTokens: Math.round(Math.min(workingSet.fleet / fleetCpt, heldTokens > 0 ? heldTokens : Infinity)),
-      kvTokens: budgeted.reduce((s, r) => s + r.config.kv_tokens, 0),
+      kvTokens: budgeted.reduce((s, r) => s + kvOf(r), 0),
     };
     const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
     const fmt = (n: number) => n.toLocaleString("en-US");
@@ -77,7 +78,7 @@ export class CapacityWatch {
 
     this.readings = replicas.map((r) => {
       const tokens = Math.round(tokensOf(r));
-      const kv = r.config.kv_tokens;
+      const kv = kvOf(r);
       const ratio = kv > 0 ? tokens / kv : 0;
       let since = this.episodes.get(r.name);
       if (kv > 0 && since === undefined && ratio > 1) {

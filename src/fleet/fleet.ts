@@ -11,21 +11,18 @@
  * listens), or its engine reports a new process start time or counters that went back —
  * never because of a failed request. No timers here; the caller owns the schedule.
  */
-import type { ReplicaConfig } from "../config.ts";
+import { DEFAULT_METRICS_PATH, type ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
-import { ENGINE_METRICS, parsePrometheus, readEngine, total, type EngineReading } from "../engines/metrics.ts";
+import { discoverEngine, readMetricsAnswer, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
+import { profileOf } from "../engines/index.ts";
+import { readEngine, total, type EngineReading, type Sample } from "../engines/metrics.ts";
+import type { CacheCounters, EngineProfile } from "../engines/profile.ts";
 import type { FleetView } from "../route/router.ts";
 import { PrefillQueue } from "./prefill.ts";
 
-export interface ModelCard {
-  id: string;
-  object?: string;
-  [key: string]: unknown;
-}
+export type { FetchLike, ModelCard };
 
-export type FetchLike = (input: string | URL | Request, init?: RequestInit & { timeout?: number | boolean }) => Promise<Response>;
-
-/** The engine signals the router uses (others are the probe's business). */
+/** The engine signals the router uses for load (others are the probe's business). */
 const LOAD_SIGNALS = ["running", "waiting", "kv_usage"] as const;
 
 /** Each observation keeps this share of the previous sums: recent traffic counts most. */
@@ -88,8 +85,20 @@ export class Replica {
   cacheLosses = 0;
   lastError?: { message: string; at: number };
   downSince?: number;
-  /** What the engine's /metrics said about its process last time: a start time, a counter that only grows. */
-  epoch?: { startTime?: number; promptTokens?: number };
+  /** What the engine is and publishes (discovered at its first passing check, after a restart and on reload). */
+  facts?: EngineFacts;
+  /** Discover the engine again at the next passing check. */
+  rediscover = true;
+  /** What identifies the engine's process (start-time metric or header): a change is a restart. */
+  startToken?: string;
+  /** The engine's cache counters at the last scrape (a window's delta is read from two). */
+  counters?: CacheCounters;
+  /** Prompt tokens and seconds the engine reported prefilling at the last scrape (llama.cpp). */
+  prefillCounters?: { tokens: number; seconds: number };
+  /** The KV the router believes this card holds, in tokens (starting belief bounded by evidence); undefined = unknown. */
+  kvBelief?: number;
+  /** Commit times of the requests running here (a slotted engine's busy slots). */
+  private readonly runningCommits = new Map<number, number>();
   /** Model cards from /v1/models (or synthesised from config). */
   cards: ModelCard[] = [];
   discovered = false;
@@ -123,11 +132,49 @@ export class Replica {
     return this.state === "up" || (this.state === "half-open" && !this.trial);
   }
 
-  /** Serves `model`? Configured models are authoritative; unknown lists accept anything. */
+  /** Lists `model`? Configured models are authoritative; unknown lists accept anything. */
   serves(model: string): boolean {
     if (this.config.models.length > 0) return this.config.models.includes(model);
     if (!this.discovered) return true;
     return this.cards.some((c) => c.id === model);
+  }
+
+  /** The engine's family profile, once known. */
+  get profile(): EngineProfile | undefined {
+    return this.facts?.family ? profileOf(this.facts.family) : undefined;
+  }
+
+  /**
+   * Answers any model name: a single-model engine that does not check the field (llama.cpp's
+   * llama-server). Not when router.toml lists its models (then they are what it serves).
+   */
+  get anyModelName(): boolean {
+    return this.config.models.length === 0 && this.cards.length <= 1 && this.profile?.anyModelName === true;
+  }
+
+  /** The engine keeps one prompt per slot (llama.cpp): its slot count. */
+  get slots(): number | undefined {
+    return this.facts?.family === "llamacpp" ? this.facts.capacity?.slots : undefined;
+  }
+
+  /** The engine streamed usage without being asked (seen on a response): nothing is added for it. */
+  usageSentUnasked = false;
+
+  /** Does this engine tell the cached tokens of a stream that did not ask for usage? */
+  usageUnasked(endpoint: string): boolean {
+    if (endpoint !== "chat" && endpoint !== "completions") return true;
+    return this.usageSentUnasked || this.profile?.stream.usageUnasked(endpoint) === true;
+  }
+
+  /** A request committed at `at` was sent here / has ended here. */
+  began(at: number): void {
+    this.runningCommits.set(at, (this.runningCommits.get(at) ?? 0) + 1);
+  }
+
+  ended(at: number): void {
+    const n = (this.runningCommits.get(at) ?? 0) - 1;
+    if (n > 0) this.runningCommits.set(at, n);
+    else this.runningCommits.delete(at);
   }
 
   /**
@@ -147,6 +194,7 @@ export class Replica {
 
   view(): FleetView {
     const pendingSince = this.prefill.oldestCommit();
+    const slots = this.slots;
     return {
       name: this.name,
       healthy: this.healthy,
@@ -155,9 +203,26 @@ export class Replica {
       queuedTokens: this.prefill.withEngineQueue(this.engineWaiting),
       prefillRate: this.prefill.rate,
       charsPerToken: this.charsPerToken,
-      budgetChars: this.config.kv_tokens > 0 ? this.config.kv_tokens * this.charsPerToken : Infinity,
+      budgetChars: this.kvBelief !== undefined && this.kvBelief > 0 ? this.kvBelief * this.charsPerToken : Infinity,
+      blockTokens: this.facts?.capacity?.blockTokens ?? this.profile?.blockTokens ?? 16,
       ...(pendingSince === undefined ? {} : { pendingSince }),
+      ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
     };
+  }
+
+  /**
+   * The KV the router starts from, in tokens, before the evidence of hits and misses: the
+   * engine's published capacity and router.toml's kv_tokens (the operator's belief), the
+   * smaller when both are given. A llama.cpp card's slots are not a bound: its host-RAM
+   * prompt cache (--cache-ram, 8 GiB by default) restores evicted prompts, and its size is
+   * not published.
+   */
+  startingKvTokens(): number | undefined {
+    const configured = this.config.kv_tokens > 0 ? this.config.kv_tokens : undefined;
+    const published = this.facts?.capacity && this.facts.family !== "llamacpp" ? this.facts.capacity.kvTokens : undefined;
+    if (configured === undefined) return published;
+    if (published === undefined) return configured;
+    return Math.min(configured, published);
   }
 }
 
@@ -171,6 +236,8 @@ export interface FleetOptions {
   now?: () => number;
   /** Evidence that a replica's cache is gone (its engine restarted): forget what it held. */
   onCacheLost?: (replica: Replica, reason: string) => void;
+  /** The engine's cache counters moved by this much since the last scrape (a window to compare with the index). */
+  onCounters?: (replica: Replica, delta: { hits: number; queries: number }) => void;
 }
 
 export class Fleet {
@@ -200,9 +267,15 @@ export class Fleet {
     return this.replicas.find((r) => r.name === name);
   }
 
-  /** Replicas serving `model` (all of them when the request names none), healthy or not. */
+  /**
+   * Replicas serving `model` (all of them when the request names none), healthy or not: those
+   * that list it, else those that answer any name (a single-model llama-server serves whatever
+   * `model` says, so a client that works against it directly works through the router).
+   */
   pool(model: string | undefined): Replica[] {
-    return model === undefined ? this.replicas : this.replicas.filter((r) => r.serves(model));
+    if (model === undefined) return this.replicas;
+    const listing = this.replicas.filter((r) => r.serves(model));
+    return listing.length > 0 ? listing : this.replicas.filter((r) => r.anyModelName);
   }
 
   /** Every model id any replica serves, first card wins. */
@@ -342,10 +415,8 @@ export class Fleet {
       failure = `health check: ${reason}`;
     }
     if (!failure) {
-      await Promise.all([
-        replica.config.models.length === 0 ? this.discoverModels(replica) : undefined,
-        replica.config.metrics ? this.scrape(replica) : undefined,
-      ]);
+      if (replica.rediscover) await this.discover(replica);
+      else if (replica.facts?.metrics.state === "ok") await this.scrape(replica);
     }
 
     const first = !replica.checked;
@@ -391,68 +462,119 @@ export class Fleet {
   }
 
   /**
-   * A restart between two checks leaves no refused connection behind, but the engine's
-   * /metrics tells: vLLM and SGLang export `process_start_time_seconds`, and every
-   * engine's prompt-token counter only grows while its process lives.
+   * Ask the engine what it is (family, version, capacity, counters, models): at its first
+   * passing check, after a restart and after a reload. Its first scrape is read as any other.
    */
-  private noticeRestart(replica: Replica, metrics: ReturnType<typeof parsePrometheus>, reading: EngineReading): void {
-    const startTime = total(metrics, "process_start_time_seconds");
-    const counterName = reading.family ? ENGINE_METRICS[reading.family].prompt_tokens?.find((n) => metrics.has(n)) : undefined;
-    const promptTokens = counterName ? total(metrics, counterName) : undefined;
-    const before = replica.epoch;
-    replica.epoch = { startTime, promptTokens };
-    if (!before) return;
-    let evidence: string | undefined;
-    if (startTime !== undefined && before.startTime !== undefined && startTime !== before.startTime) {
-      evidence = `engine restarted: process_start_time_seconds ${before.startTime} → ${startTime}`;
-    } else if (promptTokens !== undefined && before.promptTokens !== undefined && promptTokens < before.promptTokens) {
-      evidence = `engine restarted: ${counterName} went back from ${before.promptTokens} to ${promptTokens}`;
+  async discover(replica: Replica): Promise<void> {
+    const found = await discoverEngine(
+      { url: replica.config.url, headers: authHeaders(replica.config), metricsPath: replica.config.metrics ?? DEFAULT_METRICS_PATH },
+      this.fetch,
+      this.options.healthTimeoutMs,
+    );
+    replica.rediscover = false;
+    if (found.cards && replica.config.models.length === 0) {
+      replica.cards = found.cards;
+      replica.discovered = true;
     }
-    if (evidence) this.loseCache(replica, evidence, false);
+    const before = replica.facts;
+    replica.facts = { ...found.facts, cachedTokensSeen: before?.cachedTokensSeen ?? false };
+    if (!before || before.family !== found.facts.family || before.capacity?.kvTokens !== found.facts.capacity?.kvTokens) {
+      this.options.log.info("engine discovered", {
+        replica: replica.name,
+        family: found.facts.family ?? "unknown",
+        from: found.facts.familyFrom,
+        version: found.facts.version,
+        kv_tokens: found.facts.capacity?.kvTokens,
+        kv_from: found.facts.capacity?.source,
+        slots: found.facts.capacity?.slots,
+        block_tokens: found.facts.capacity?.blockTokens,
+        metrics: found.facts.metrics.state === "ok" ? found.facts.metrics.path : found.facts.metrics.state,
+      });
+    }
+    if (found.scrape) this.absorb(replica, found.scrape, found.startToken);
+    else {
+      replica.engine = undefined;
+      replica.engineWaiting = 0;
+      replica.startToken = found.startToken ?? replica.startToken;
+    }
   }
 
-  /** Read the engine's load signals; a missing name is reported, never guessed. */
+  /** Read the engine's /metrics: load, cache counters, prefill counters, restart signals. A missing name is reported, never guessed. */
   async scrape(replica: Replica): Promise<void> {
+    const path = replica.config.metrics ?? DEFAULT_METRICS_PATH;
+    if (path === false) return;
     const at = this.now();
+    let answer: { status: number; headers: Headers; text: string } | undefined;
     try {
-      const res = await this.fetch(`${replica.config.url}${replica.config.metrics}`, {
+      const res = await this.fetch(`${replica.config.url}${path}`, {
         headers: authHeaders(replica.config),
         signal: AbortSignal.timeout(this.options.healthTimeoutMs),
       });
-      if (!res.ok) {
-        await res.body?.cancel();
-        throw new Error(`HTTP ${res.status}`);
-      }
-      const metrics = parsePrometheus(await res.text());
-      const reading = readEngine(metrics, LOAD_SIGNALS);
-      this.noticeRestart(replica, metrics, reading);
-      replica.engine = { ...reading, at };
-      replica.engineWaiting = reading.values.waiting ?? 0;
-      if (!reading.family) replica.engine.error = "no vLLM, SGLang or llama.cpp metric names found";
+      answer = { status: res.status, headers: res.headers, text: await res.text() };
     } catch (error) {
       replica.engine = { values: {}, found: {}, missing: [], at, error: describeFetchError(error) };
       replica.engineWaiting = 0;
+      return;
     }
+    const read = readMetricsAnswer(answer, path);
+    if (!read.metrics) {
+      replica.engine = { values: {}, found: {}, missing: [], at, error: read.state.state === "absent" ? read.state.reason : "no metrics" };
+      replica.engineWaiting = 0;
+      return;
+    }
+    this.absorb(replica, read.metrics, startTokenOf(replica.profile, read.metrics, answer.headers));
   }
 
-  private async discoverModels(replica: Replica): Promise<void> {
-    try {
-      const res = await this.fetch(`${replica.config.url}/v1/models`, {
-        headers: authHeaders(replica.config),
-        signal: AbortSignal.timeout(this.options.healthTimeoutMs),
-      });
-      if (!res.ok) {
-        await res.body?.cancel();
-        return;
-      }
-      const body = (await res.json()) as { data?: unknown };
-      if (!Array.isArray(body.data)) return;
-      replica.cards = body.data.filter((c): c is ModelCard => !!c && typeof (c as ModelCard).id === "string");
-      replica.discovered = true;
-    } catch {
-      // Model discovery is best effort: a replica whose list is unknown accepts any model.
+  /**
+   * One scrape: a restart (a new start token, or counters that went back: a counter only grows
+   * while its process lives) loses the cache; otherwise the window's cache counters go to the
+   * feedback, and the engine's prefill counters (llama.cpp) give the measured prefill rate.
+   */
+  private absorb(replica: Replica, metrics: Map<string, Sample[]>, startToken: string | undefined): void {
+    const at = this.now();
+    replica.engine = { ...readEngine(metrics, LOAD_SIGNALS), at };
+    replica.engineWaiting = replica.engine.values.waiting ?? 0;
+    if (!replica.engine.family) replica.engine.error = "no vLLM, SGLang or llama.cpp metric names found";
+    const profile = replica.profile ?? (replica.engine.family ? profileOf(replica.engine.family) : undefined);
+    const counters = profile?.cacheCounters(metrics);
+    const promptName = profile?.metrics.prompt_tokens?.find((n) => metrics.has(n));
+    const secondsName = profile?.metrics.prompt_seconds?.find((n) => metrics.has(n));
+    const prefill = promptName && secondsName ? { tokens: total(metrics, promptName)!, seconds: total(metrics, secondsName)! } : undefined;
+
+    let restart: string | undefined;
+    if (startToken !== undefined && replica.startToken !== undefined && startToken !== replica.startToken) {
+      // "name value" → "name old → new"
+      const [name, before] = splitToken(replica.startToken);
+      const [, after] = splitToken(startToken);
+      restart = `engine restarted: ${name} ${before} → ${after}`;
+    } else if (counters && replica.counters && counters.queries < replica.counters.queries) {
+      restart = `engine restarted: ${counters.names.at(-1)} went back from ${replica.counters.queries} to ${counters.queries}`;
+    } else if (prefill && replica.prefillCounters && prefill.tokens < replica.prefillCounters.tokens) {
+      restart = `engine restarted: ${promptName} went back from ${replica.prefillCounters.tokens} to ${prefill.tokens}`;
+    }
+    const previous = restart ? undefined : replica.counters;
+    const previousPrefill = restart ? undefined : replica.prefillCounters;
+    replica.startToken = startToken ?? replica.startToken;
+    replica.counters = counters;
+    replica.prefillCounters = prefill;
+    if (restart) {
+      // What it published (capacity, version) may have changed with the process.
+      replica.rediscover = true;
+      this.loseCache(replica, restart, false);
+      return;
+    }
+    if (counters && previous) this.options.onCounters?.(replica, { hits: counters.hits - previous.hits, queries: counters.queries - previous.queries });
+    if (prefill) {
+      const tokens = prefill.tokens - (previousPrefill?.tokens ?? 0);
+      const seconds = prefill.seconds - (previousPrefill?.seconds ?? 0);
+      replica.prefill.observeEngine(tokens, seconds);
     }
   }
+}
+
+function splitToken(token: string): [string, string] {
+  const space = token.indexOf(" ");
+  return space < 0 ? ["start", token] : [token.slice(0, space), token.slice(space + 1)];
 }
 
 /** The replica's own key, never the client's. */

@@ -68,6 +68,19 @@ export class PrefillQueue {
   }
 
   /**
+   * The engine's own prefill counters moved by `tokens` over `seconds` (llama.cpp's
+   * prompt_tokens_total and prompt_seconds_total, cached tokens excluded): the truest rate
+   * there is, so it counts like a measurement from the first scrape on, before the router
+   * has timed a single long prefill.
+   */
+  observeEngine(tokens: number, seconds: number): void {
+    if (!(tokens >= MIN_SAMPLE_TOKENS) || !(seconds > 0)) return;
+    this.work = this.work * RATE_DECAY + tokens;
+    this.seconds = this.seconds * RATE_DECAY + seconds;
+    this.rate = Math.min(1e7, Math.max(50, this.work / this.seconds));
+  }
+
+  /**
    * Commit time of the oldest request still prefilling, if any. Read for every replica on
    * every decision, so not a scan: requests begin in the order they were committed and a
    * Map keeps insertion order, so the first pending one is the oldest.

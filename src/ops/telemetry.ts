@@ -6,9 +6,10 @@ import pkg from "../../package.json" with { type: "json" };
 import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
 import type { Config } from "../config.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
-import type { Fleet } from "../fleet/fleet.ts";
+import type { Fleet, Replica } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
-import type { Router } from "../route/router.ts";
+import type { CapacityEvidence, Router } from "../route/router.ts";
+import { missingFacts } from "../engines/discover.ts";
 import { Registry } from "./prom.ts";
 import { RecentRequests } from "./recent.ts";
 
@@ -67,7 +68,7 @@ export class Telemetry {
     r.gauge("llmroute_working_set_tokens", "Estimated tokens of distinct prefixes used within routing.capacity_window.", () =>
       this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.workingSetTokens]),
     );
-    r.gauge("llmroute_kv_budget_tokens", "The replica's configured kv_tokens.", each((x) => x.config.kv_tokens));
+    r.gauge("llmroute_kv_budget_tokens", "The KV the router believes the replica holds: the engine's published capacity and kv_tokens, bounded by the evidence of hits and misses (0 = unknown).", each((x) => x.kvBelief ?? 0));
     r.gauge("llmroute_fleet_working_set_tokens", "Distinct active prefixes across all replicas, each counted once.", () => [[{}, this.live().capacity.fleet.workingSetTokens]]);
     r.gauge("llmroute_capacity_exceeded", "1 while the replica's working set exceeds its KV budget.", () =>
       this.live().capacity.readings.map((c): [Record<string, string>, number] => [{ replica: c.replica }, c.over ? 1 : 0]),
@@ -142,6 +143,8 @@ export class Telemetry {
           `reported no cached tokens on ${truth.misses} requests the index expected cached: its prefix cache may be off or unreported (check with llmroute probe); the index is not corrected from its reports`,
         );
       }
+      const kv = kvView(r, truth.capacity);
+      if (kv.contradiction) warnings.push(kv.contradiction);
       if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
       else if (r.engine && r.engine.missing.length > 0) warnings.push(`engine metrics missing: ${r.engine.missing.join(", ")}`);
       return {
@@ -160,7 +163,8 @@ export class Telemetry {
         conversations: stats.tips,
         index_entries: stats.entries,
         working_set_tokens: cap?.workingSetTokens ?? 0,
-        kv_tokens: r.config.kv_tokens,
+        kv_tokens: r.kvBelief ?? 0,
+        kv: { configured: kv.configured, published: kv.published, evidence: kv.evidence, believed: r.kvBelief ?? null },
         working_set_ratio: cap ? Math.round(cap.ratio * 1000) / 1000 : 0,
         chars_per_token: Math.round(r.charsPerToken * 100) / 100,
         prompt_tokens: prompt,
@@ -170,12 +174,24 @@ export class Telemetry {
           available_tokens: this.availableTokens.get({ replica: r.name }),
           captured_tokens: this.capturedTokens.get({ replica: r.name }),
           delivered_tokens: cached,
-          predictions: { hit: truth.hits, miss: truth.misses, unexpected_hit: truth.unexpectedHits },
+          predictions: { hit: truth.hits, miss: truth.misses, template: truth.templates, unexpected_hit: truth.unexpectedHits },
           corrected_entries: truth.corrected,
         },
         prefill: { queued_tokens: Math.round(r.prefill.withEngineQueue(r.engineWaiting)), rate_tokens_per_s: Math.round(r.prefill.rate) },
         engine: r.engine
           ? { family: r.engine.family ?? null, ...r.engine.values, missing: r.engine.missing, error: r.engine.error ?? null, at: new Date(r.engine.at).toISOString() }
+          : null,
+        facts: r.facts
+          ? {
+              family: r.facts.family ?? null,
+              from: r.facts.familyFrom ?? null,
+              version: r.facts.version ?? null,
+              capacity: r.facts.capacity ?? null,
+              metrics: r.facts.metrics.state === "ok" ? r.facts.metrics.path : r.facts.metrics.state,
+              cache_counters: r.facts.cacheCounters,
+              cached_tokens_in_responses: r.facts.cachedTokensSeen,
+              missing: missingFacts(r.facts, { kvTokens: r.config.kv_tokens }),
+            }
           : null,
         warnings,
       };
@@ -213,7 +229,15 @@ export interface ReplicaStatus {
   conversations: number;
   index_entries: number;
   working_set_tokens: number;
+  /** The KV the router believes the replica holds (0 = unknown). */
   kv_tokens: number;
+  /** Where that belief comes from. */
+  kv: {
+    configured: number | null;
+    published: { tokens: number; from: string } | null;
+    evidence: { lower_tokens: number | null; upper_tokens: number | null };
+    believed: number | null;
+  };
   working_set_ratio: number;
   chars_per_token: number;
   prompt_tokens: number;
@@ -224,11 +248,13 @@ export interface ReplicaStatus {
     available_tokens: number;
     captured_tokens: number;
     delivered_tokens: number;
-    predictions: { hit: number; miss: number; unexpected_hit: number };
+    predictions: { hit: number; miss: number; template: number; unexpected_hit: number };
     corrected_entries: number;
   };
   prefill: { queued_tokens: number; rate_tokens_per_s: number };
   engine: Record<string, unknown> | null;
+  /** What the engine is, as discovered: family, version, capacity, counters, what is missing and how to add it. */
+  facts: Record<string, unknown> | null;
   warnings: string[];
 }
 
@@ -249,4 +275,34 @@ export interface StatusDocument {
   /** The router instances sharing state through Redis; null without [cluster]. */
   cluster: ClusterStatus | null;
   warnings: string[];
+}
+
+/**
+ * Where a replica's KV belief comes from, and the warning when the evidence contradicts what
+ * router.toml or the engine said (both figures, so the operator can see which to fix).
+ */
+export function kvView(r: Replica, evidence: CapacityEvidence): {
+  configured: number | null;
+  published: { tokens: number; from: string } | null;
+  evidence: { lower_tokens: number | null; upper_tokens: number | null };
+  contradiction?: string;
+} {
+  const configured = r.config.kv_tokens > 0 ? r.config.kv_tokens : null;
+  const published = r.facts?.capacity ? { tokens: r.facts.capacity.kvTokens, from: r.facts.capacity.source } : null;
+  const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
+  let contradiction: string | undefined;
+  const { lowerTokens: lower, upperTokens: upper } = evidence;
+  if (configured !== null && upper !== undefined && upper < 0.8 * configured) {
+    contradiction = `kv_tokens ${fmt(configured)} is more than this card holds: the engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}`;
+  } else if (configured !== null && lower !== undefined && lower > 1.25 * configured) {
+    contradiction = `kv_tokens ${fmt(configured)} is less than this card holds: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
+  } else if (configured !== null && published && published.from !== "/props" && (configured > 1.2 * published.tokens || configured < published.tokens / 1.2)) {
+    contradiction = `kv_tokens ${fmt(configured)} differs from the engine's own ${fmt(published.tokens)} (${published.from}); the router assumes the smaller`;
+  }
+  return {
+    configured,
+    published,
+    evidence: { lower_tokens: lower ?? null, upper_tokens: upper ?? null },
+    ...(contradiction ? { contradiction } : {}),
+  };
 }

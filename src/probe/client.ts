@@ -97,7 +97,9 @@ async function failure(target: Target, path: string, res: Response): Promise<Pro
 
 export interface ModelCard {
   id: string;
+  /** The longest prompt + completion: vLLM/SGLang max_model_len; llama.cpp meta.n_ctx (a slot's context). */
   max_model_len?: number;
+  owned_by?: string;
 }
 
 /** GET /v1/models. Undefined when the endpoint has none (404); auth and connection errors throw. */
@@ -111,9 +113,11 @@ export async function listModels(http: Http, target: Target, timeoutMs: number):
   const body = (await res.json().catch(() => undefined)) as { data?: unknown } | undefined;
   if (!body || !Array.isArray(body.data)) return undefined;
   return body.data.flatMap((card: unknown) => {
-    const c = card as { id?: unknown; max_model_len?: unknown };
+    const c = card as { id?: unknown; max_model_len?: unknown; owned_by?: unknown; meta?: { n_ctx?: unknown } };
     if (typeof c?.id !== "string") return [];
-    return [{ id: c.id, ...(typeof c.max_model_len === "number" ? { max_model_len: c.max_model_len } : {}) }];
+    // llama.cpp has no max_model_len: meta.n_ctx is the context of one slot (server-context.cpp get_res_model_info).
+    const limit = typeof c.max_model_len === "number" ? c.max_model_len : typeof c.meta?.n_ctx === "number" ? c.meta.n_ctx : undefined;
+    return [{ id: c.id, ...(limit !== undefined ? { max_model_len: limit } : {}), ...(typeof c.owned_by === "string" ? { owned_by: c.owned_by } : {}) }];
   });
 }
 

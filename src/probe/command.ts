@@ -58,7 +58,7 @@ export async function runProbe(options: ProbeOptions, env: ProbeEnv): Promise<Pr
     tokens: options.tokens,
     repeat: options.repeat,
     timeoutMs: options.timeoutMs,
-    metricsPath: options.metricsPath ?? replica?.metrics ?? "/metrics",
+    metricsPath: options.metricsPath ?? (replica?.metrics || "/metrics"),
   });
   const key = (fallback?: string) => options.apiKey ?? fallback;
   const withKey = (t: Omit<Target, "apiKey">, apiKey?: string): Target => (apiKey === undefined ? t : { ...t, apiKey });

@@ -8,11 +8,12 @@
  * engine family. Prefix-cache counters are read as a *delta* across each request: the
  * lifetime ratio averages every prompt the engine ever saw and is not a verdict.
  */
-import { ENGINE_METRICS, parsePrometheus, readEngine, total, type EngineFamily, type Sample, type Signal } from "../engines/metrics.ts";
+import { detectFamily as detectEngine, PROFILES, profileOf } from "../engines/index.ts";
+import { ENGINE_METRICS, parsePrometheus, readEngine, type EngineFamily, type Sample, type Signal } from "../engines/metrics.ts";
 
 export type Scrape = Map<string, Sample[]>;
 
-export const FAMILY_LABELS: Record<EngineFamily, string> = { vllm: "vLLM", sglang: "SGLang", llamacpp: "llama.cpp" };
+export const FAMILY_LABELS: Record<EngineFamily, string> = Object.fromEntries(Object.values(PROFILES).map((p) => [p.family, p.label])) as Record<EngineFamily, string>;
 
 /** Prometheus text → samples; undefined when the text holds no sample (an HTML page, a JSON 404). */
 export function parseScrape(text: string): Scrape | undefined {
@@ -84,23 +85,18 @@ export interface PrefixCounters {
   hits: number;
   /** Tokens looked up. */
   queries: number;
-  /** The counter names read (vLLM's new or old spelling). */
-  names: [hits: string, queries: string];
+  /** The counter names read (hits first). */
+  names: string[];
 }
 
-/** vLLM's prefix-cache counters (tokens). SGLang exports only a gauge ratio, llama.cpp nothing. */
+/**
+ * The engine's prefix-cache counters (tokens), whichever family's: vLLM's hits and queries,
+ * SGLang's cached_tokens_total over prompt_tokens_total, llama.cpp's
+ * prompt_tokens_cached_total over it plus prompt_tokens_total (each profile says how).
+ */
 export function prefixCounters(scrape: Scrape): PrefixCounters | undefined {
-  const hitsNames = ENGINE_METRICS.vllm.prefix_hits ?? [];
-  const queryNames = ENGINE_METRICS.vllm.prefix_queries ?? [];
-  for (let i = 0; i < hitsNames.length; i++) {
-    const h = hitsNames[i]!;
-    const q = queryNames[i];
-    if (q === undefined) continue;
-    const hits = total(scrape, h);
-    const queries = total(scrape, q);
-    if (hits !== undefined && queries !== undefined) return { hits, queries, names: [h, q] };
-  }
-  return undefined;
+  const family = detectEngine({ metrics: scrape })?.family;
+  return family ? profileOf(family).cacheCounters(scrape) : undefined;
 }
 
 /** after − before; undefined when either lacks the counters or they went backwards (a restart). */
@@ -114,7 +110,7 @@ export function counterDelta(before: Scrape | undefined, after: Scrape | undefin
   return { hits, queries, names: b.names };
 }
 
-/** SGLang's cache-hit gauge (a ratio the engine computes itself; no counters to take a delta of). */
+/** SGLang's cache-hit gauge: the hit ratio of its LAST prefill batch (collector.py), not a lifetime or window figure. */
 export function sglangHitRate(scrape: Scrape): number | undefined {
   const samples = scrape.get(ENGINE_METRICS.sglang.cache_hit_rate?.[0] ?? "");
   if (!samples || samples.length === 0) return undefined;

@@ -54,19 +54,21 @@ export function renderEngine(r: EngineReport): string {
   const m = r.metrics;
   if (!m.available) {
     out.push(
-      `metrics  ${m.path}: not available (absent, or not Prometheus text) — no names to verify and no counters; SGLang needs --enable-metrics, llama.cpp --metrics`,
+      `metrics  ${m.path}: not available (absent, or not Prometheus text) — no names to verify and no counters; SGLang needs --enable-metrics, llama.cpp --metrics (Ollama has none)`,
     );
   } else {
     out.push(`metrics  ${m.path}: known names checked against the live endpoint (${m.scrapes} scrapes)`);
-    for (const f of m.families ?? []) out.push(...renderFamily(f));
+    for (const f of m.families ?? []) if (f.signals.length > 0) out.push(...renderFamily(f));
     if (m.delta) {
       out.push(
-        `  prefix cache during the probe: ${int(m.delta.hits)} hits of ${int(m.delta.queries)} queried tokens (${m.delta.names[0]} delta; the lifetime ratio is not a verdict)`,
+        `  prefix cache during the probe: ${int(m.delta.hits)} hits of ${int(m.delta.queries)} queried tokens (${m.delta.names.join(", ")} deltas; the lifetime ratio is not a verdict)`,
       );
-    } else if (m.sglangHitRate) {
+    }
+    if (m.sglangHitRate) {
       const { before, after } = m.sglangHitRate;
-      out.push(`  sglang:cache_hit_rate ${before === undefined ? "-" : pct(before)} -> ${after === undefined ? "-" : pct(after)} (an engine-wide gauge, not this probe's truth)`);
-    } else {
+      out.push(`  sglang:cache_hit_rate ${before === undefined ? "-" : pct(before)} -> ${after === undefined ? "-" : pct(after)} (a gauge of the last prefill batch only, not this probe's truth)`);
+    }
+    if (!m.delta && !m.sglangHitRate) {
       out.push("  no prefix-cache counters on this endpoint: cached tokens per request are the only engine-side truth");
     }
   }

@@ -8,7 +8,7 @@
  *
  * Everything outside comes in through `ProbeIO`: fetch, the clock, randomness, progress.
  */
-import { chat, listModels, ProbeError, scrapeMetrics, tokenize, type ChatMessage, type Http, type Target } from "./client.ts";
+import { chat, listModels, ProbeError, type ModelCard, scrapeMetrics, tokenize, type ChatMessage, type Http, type Target } from "./client.ts";
 import {
   counterDelta,
   detectFamily,
@@ -20,6 +20,7 @@ import {
   type PrefixCounters,
   type Scrape,
 } from "./metrics.ts";
+import { profileOf } from "../engines/index.ts";
 import { buildPrefix, calibrate, closeEnough, DEFAULT_CHARS_PER_TOKEN, makeSalt, shortPrefix, tail } from "./prompt.ts";
 import {
   engineVerdict,
@@ -92,14 +93,18 @@ async function resolveModel(io: ProbeIO, target: Target, requested: string | und
     if (cards && cards.length > 0 && !cards.some((c) => c.id === requested)) {
       throw new ProbeError(`${target.label}: model ${JSON.stringify(requested)} is not served at ${target.url}; it serves: ${cards.map((c) => c.id).join(", ")}`);
     }
-    return { model: requested, maxModelLen: cards?.find((c) => c.id === requested)?.max_model_len, notes };
+    const card = cards?.find((c) => c.id === requested);
+    return { model: requested, maxModelLen: card?.max_model_len, limitName: limitNameOf(card), notes };
   }
   if (!cards) throw new ProbeError(`${target.label}: ${target.url}/v1/models is not available to discover the model; pass --model`);
   const first = cards[0];
   if (!first) throw new ProbeError(`${target.label}: ${target.url}/v1/models lists no model (still loading?); pass --model`);
   if (cards.length > 1) notes.push(`${cards.length} models served (${cards.map((c) => c.id).join(", ")}); probed ${first.id} — choose with --model`);
-  return { model: first.id, maxModelLen: first.max_model_len, notes };
+  return { model: first.id, maxModelLen: first.max_model_len, limitName: limitNameOf(first), notes };
 }
+
+/** llama.cpp's limit is a slot's context, not a model length: say which it is. */
+const limitNameOf = (card: ModelCard | undefined) => (card?.owned_by === "llamacpp" ? "a slot's context, meta.n_ctx" : "max_model_len");
 
 const seconds = (ms: number) => (ms >= 10_000 ? `${(ms / 1000).toFixed(1)} s` : ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`);
 
@@ -121,7 +126,7 @@ function createRequester(io: ProbeIO, target: Target, timeoutMs: number) {
 }
 
 export async function probeEngine(target: Target, options: EngineProbeOptions, io: ProbeIO): Promise<EngineReport> {
-  const { model, maxModelLen, notes } = await resolveModel(io, target, options.model, options.timeoutMs);
+  const { model, maxModelLen, limitName, notes } = await resolveModel(io, target, options.model, options.timeoutMs);
   const scrapes: Scrape[] = [];
   const scrape = async () => {
     const s = await scrapeMetrics(io, target, options.metricsPath, options.timeoutMs);
@@ -153,7 +158,7 @@ export async function probeEngine(target: Target, options: EngineProbeOptions, i
     const size = count?.count ?? options.tokens;
     if (limit !== undefined && size + TEMPLATE_MARGIN_TOKENS > limit) {
       throw new ProbeError(
-        `${target.label}: a ${size}-token prompt does not fit model ${model} (max_model_len ${limit}); use --tokens ${Math.max(1, limit - 2 * TEMPLATE_MARGIN_TOKENS)} or less`,
+        `${target.label}: a ${size}-token prompt does not fit model ${model} (${count?.maxModelLen !== undefined ? "max_model_len" : limitName} ${limit}); use --tokens ${Math.max(1, limit - 2 * TEMPLATE_MARGIN_TOKENS)} or less`,
       );
     }
     const tag = options.repeat > 1 ? `pair ${i + 1}/${options.repeat}: ` : "";
@@ -200,7 +205,14 @@ export async function probeEngine(target: Target, options: EngineProbeOptions, i
       ? { sglangHitRate: { ...(hitBefore === undefined ? {} : { before: hitBefore }), ...(hitAfter === undefined ? {} : { after: hitAfter }) } }
       : {}),
   };
-  const { summary, verdict } = engineVerdict({ pairs, ...(idle ? { idle } : {}) });
+  const profile = family ? profileOf(family) : undefined;
+  const blockTokens = last && profile?.capacityFromMetrics?.(last)?.blockTokens;
+  const { summary, verdict } = engineVerdict({
+    pairs,
+    ...(idle ? { idle } : {}),
+    ...(blockTokens ? { blockTokens } : {}),
+    ...(profile?.usage.zeroOmitted ? { zeroOmitted: true } : {}),
+  });
   return {
     mode: "engine",
     target: { label: target.label, url: target.url },

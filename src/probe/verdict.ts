@@ -116,6 +116,10 @@ export interface EngineVerdictInput {
   pairs: readonly PairMeasure[];
   /** Load before the probe, when /metrics told it. */
   idle?: Load;
+  /** Tokens per cached block, when the engine publishes it (vLLM cache_config_info; hybrid models use hundreds). */
+  blockTokens?: number;
+  /** The family omits a zero cached_tokens (vLLM's older versions, SGLang): an absent field on a warm request may be 0. */
+  zeroOmitted?: boolean;
 }
 
 /** A ratio as the report prints it: "0.053x". */
@@ -123,10 +127,17 @@ export const times = (x: number) => (!Number.isFinite(x) ? "-" : `${x < 0.095 ? 
 
 export function engineVerdict(input: EngineVerdictInput): { summary: EngineSummary; verdict: Verdict } {
   const { pairs, idle } = input;
+  const block = input.blockTokens ?? BLOCK_TOKENS;
   const s = summarise(pairs);
   const notes: string[] = [];
   const byTime = s.ratio <= TTFT_RATIO_MAX;
   const byCached = s.cachedFraction !== undefined && s.cachedFraction >= CACHED_FRACTION_MIN;
+  // The engine's own counters over each warm request, where it reports no per-request count
+  // (vLLM without --enable-prompt-tokens-details): its prefix-cache hits during that request.
+  const warmHits = pairs.map((p) => (p.warmCounters && p.prefixTokens > 0 ? p.warmCounters.hits / p.prefixTokens : undefined)).filter((x): x is number => x !== undefined);
+  const counterFraction = median(warmHits);
+  const counterName = pairs.find((p) => p.warmCounters)?.warmCounters?.names[0];
+  const byCounters = s.cachedFraction === undefined && counterFraction !== undefined && counterFraction >= CACHED_FRACTION_MIN;
   const busy = idle !== undefined && idle.running + idle.waiting > 0;
 
   if (busy) notes.push(`the replica was not idle before the probe (running ${idle!.running}, waiting ${idle!.waiting}): timings are skewed`);
@@ -135,10 +146,12 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
   }
   if (s.n < 3) notes.push(`n=${s.n}: a single pair can be noise; --repeat 3 or more for a median that means something`);
 
-  if (byTime || byCached) {
+  if (byTime || byCached || byCounters) {
+    const source = pairs.find((p) => p.warm.cachedSource)?.warm.cachedSource === "timings" ? "timings.cache_n" : "usage cached_tokens";
     const why = [
-      byTime ? `warm TTFT ${times(s.ratio)} cold (<= ${TTFT_RATIO_MAX}x)` : undefined,
-      byCached ? `${pct(s.cachedFraction!)} of the shared prefix cached` : undefined,
+      byTime ? `warm TTFT ${times(s.ratio)} cold (<= ${TTFT_RATIO_MAX}x; by time to first token)` : undefined,
+      byCached ? `${pct(s.cachedFraction!)} of the shared prefix cached (by ${source})` : undefined,
+      byCounters ? `${pct(counterFraction!)} of the shared prefix hit the cache (by ${counterName} over each warm request)` : undefined,
     ].filter(Boolean);
     if (byCached && !byTime) {
       notes.push(
@@ -154,7 +167,7 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
   const causes: Cause[] = [];
   const cachedReported = s.cachedFraction !== undefined;
   const disabledGeneric =
-    "prefix caching disabled on the engine (vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache, llama.cpp cache_prompt=false)";
+    "prefix caching disabled on the engine (vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache, llama.cpp --no-cache-prompt or cache_prompt=false)";
   let disabledShown = false;
   if (cachedReported && s.cachedFraction! < 0.1) {
     causes.push({ text: `the engine reports ${pct(s.cachedFraction!)} of the prefix cached on the warm request: ${disabledGeneric}`, evidence: true });
@@ -180,8 +193,8 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
     });
   }
   if (busy) causes.push({ text: `replica busy: ${idle!.running} running and ${idle!.waiting} waiting before the probe`, evidence: true });
-  if (s.prefixTokens < BLOCK_TOKENS) {
-    causes.push({ text: `prompt below one cache block (${int(s.prefixTokens)} tokens; vLLM caches whole ${BLOCK_TOKENS}-token blocks)`, evidence: true });
+  if (s.prefixTokens < block) {
+    causes.push({ text: `prompt below one cache block (${int(s.prefixTokens)} tokens; the engine caches whole ${int(block)}-token blocks)`, evidence: true });
   } else if (s.prefixTokens < SMALL_PROMPT_TOKENS) {
     causes.push({ text: `prompt too short (${int(s.prefixTokens)} tokens) for prefill time to stand out from overhead: try --tokens 16000`, evidence: true });
   }
@@ -192,7 +205,13 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
   }
   if (!busy) causes.push({ text: "replica busy: other traffic evicting the prefix or delaying the warm request", evidence: false });
   if (!split) causes.push({ text: "a proxy or load balancer in between that spreads requests over replicas or rewrites the prompt", evidence: false });
-  if (!cachedReported) notes.push("the engine reported no cached_tokens (vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report)");
+  if (!cachedReported) {
+    notes.push(
+      input.zeroOmitted
+        ? "the engine reported no cached_tokens: it omits a zero, or its flag is off (vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report)"
+        : "the engine reported no cached_tokens (vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report; Ollama reports none)",
+    );
+  }
 
   return {
     summary: s,

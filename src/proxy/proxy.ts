@@ -21,6 +21,7 @@ import { downstreamHeaders, upstreamHeaders, type ClientInfo } from "./headers.t
 import { createReachability, type Reachability } from "./reachability.ts";
 import { parseBody, readBody } from "./request-body.ts";
 import { ResponseTap, type TapResult } from "./tap.ts";
+import { reportedCachedTokens, showsCachedTokens } from "../engines/usage.ts";
 import { UsageStripper, withUsageRequested } from "./usage.ts";
 
 export type Outcome = "ok" | "upstream_error" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
@@ -115,10 +116,13 @@ interface RequestContext {
   req: Request;
   url: URL;
   client: ClientInfo;
-  /** The bytes sent upstream: the client's, or with stream_options.include_usage added. */
+  /** The client's bytes. */
   bytes: Uint8Array;
-  /** Usage was added by the router: take it out of what the client receives. */
-  stripUsage: boolean;
+  /**
+   * The client's bytes with stream_options.include_usage added (for an engine that streams no
+   * usage unless asked), or undefined when nothing needs adding; made once, on first need.
+   */
+  withUsage: () => Uint8Array | undefined;
   shape: RequestShape;
   started: number;
   failovers: number;
@@ -204,13 +208,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return reject(url, 404, `The model \`${shape.model}\` does not exist on any replica.`, started, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
-    const upstreamBody = body ? withUsageRequested(endpoint, body, bytes) : undefined;
+    let withUsage: Uint8Array | undefined | null = null;
     const ctx: RequestContext = {
       req,
       url,
       client,
-      bytes: upstreamBody ?? bytes,
-      stripUsage: upstreamBody !== undefined,
+      bytes,
+      withUsage: () => (withUsage === null ? (withUsage = body ? withUsageRequested(endpoint, body, bytes) : undefined) : withUsage),
       shape,
       started,
       failovers: 0,
@@ -314,7 +318,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
       req.signal.removeEventListener("abort", onClientAbort);
       flight.abort = undefined;
     };
+    // Usage is asked for only from an engine that would not say the cached tokens otherwise
+    // (llama.cpp's stream carries them unasked): then the client gets the engine's own bytes.
+    const unasked = replica.usageUnasked(ctx.shape.endpoint);
+    const added = unasked ? undefined : ctx.withUsage();
+    const sent = added ?? ctx.bytes;
     replica.inflight++;
+    replica.began(decided.committedAt);
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
     deps.cluster?.loadChanged();
@@ -339,6 +349,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const fail = (error?: unknown, when = ""): Attempt => {
       clearDeadlines();
       replica.inflight--;
+      replica.ended(decided.committedAt);
       replica.prefill.end(prefill);
       deps.cluster?.loadChanged();
       release();
@@ -359,7 +370,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       res = await upstreamFetch(`${replica.config.url}${url.pathname}${url.search}`, {
         method: req.method,
         headers: upstreamHeaders(req.headers, replica.config, ctx.shape.endpoint, ctx.client),
-        body: req.method === "GET" || req.method === "HEAD" ? undefined : ctx.bytes,
+        body: req.method === "GET" || req.method === "HEAD" ? undefined : sent,
         signal: upstream.signal,
         redirect: "manual",
         // Our own deadlines apply (a cold prefill can keep a socket silent for minutes).
@@ -411,7 +422,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     headers.set("x-llmroute-route", route);
 
     const tap = new ResponseTap(contentType);
-    const stripper = ctx.stripUsage && isSse ? new UsageStripper() : undefined;
+    const stripper = added !== undefined && isSse ? new UsageStripper() : undefined;
     let finished = false;
     const finish = (outcome: Outcome, error?: string) => {
       if (finished) return;
@@ -419,7 +430,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
       release();
       flights.delete(flight);
       replica.inflight--;
+      replica.ended(decided.committedAt);
       if (outcome === "ok") replica.served++;
+      // The engine streamed usage we did not need to ask for (vLLM --enable-force-include-usage):
+      // ask no more, so its stream reaches clients as it is.
+      if (stripper?.engineSendsUsage) replica.usageSentUnasked = true;
       const usage: TapResult = tap.finish();
       const est = decided.estimate;
       let verdict: Verdict | undefined;
@@ -427,7 +442,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (!replica.removed) {
         if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
         if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
-        if (res.status < 300) verdict = router.feedback(replica.name, est, usage.cachedTokens);
+        if (res.status < 300) {
+          const profile = replica.profile;
+          const endpoint = ctx.shape.endpoint;
+          if (replica.facts && showsCachedTokens(profile, endpoint, usage)) replica.facts.cachedTokensSeen = true;
+          verdict = router.feedback(replica.name, est, reportedCachedTokens(profile, endpoint, usage, replica.facts?.cachedTokensSeen ?? false), decided.committedAt);
+        }
         // An error answer (a 400 for a too-long prompt, a 500) computed no KV to remember.
         else if (res.status >= 400) decided.retract?.();
       }

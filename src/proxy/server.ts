@@ -12,7 +12,7 @@ import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
 import { createLog, type Log } from "../log.ts";
 import { loadState, saveState } from "../ops/state-file.ts";
-import { Telemetry } from "../ops/telemetry.ts";
+import { kvView, Telemetry } from "../ops/telemetry.ts";
 import { createHasher } from "../route/hash.ts";
 import { createPolicy } from "../route/policies/index.ts";
 import { PrefixIndex } from "../route/prefix.ts";
@@ -74,6 +74,13 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     healthTimeoutMs: config.health.timeout_ms,
     failures: config.health.failures,
     onCacheLost: (replica) => router.forget(replica.name),
+    // An engine whose responses carry no cached tokens is judged by its cache counters per
+    // window instead (vLLM without --enable-prompt-tokens-details).
+    onCounters: (replica, delta) => {
+      if (replica.facts?.cachedTokensSeen) return;
+      const held = router.index.workingSetChars(replica.name) / replica.charsPerToken;
+      router.windowFeedback(replica.name, delta.hits, held, replica.kvBelief ?? Infinity, Date.now());
+    },
   });
   const capacity = new CapacityWatch(log);
   const startedAt = Date.now();
@@ -114,10 +121,22 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       options.onRecord?.(record);
     },
   });
-  // Each card's remembered prefixes are bounded by what its KV holds, in characters as its
-  // tokenisation was measured; a card without kv_tokens keeps only the global bound.
+  // Each card's remembered prefixes are bounded by what its KV is believed to hold — what the
+  // engine publishes and router.toml says, bounded by the evidence of hits and misses — in
+  // characters as its tokenisation was measured; a card of unknown KV keeps only the global bound.
+  // When the evidence contradicts kv_tokens (or the engine's own figure), the log says so once, with both figures.
+  const contradicted = new Map<string, string>();
   const syncBudgets = () => {
-    for (const r of fleet.replicas) router.index.setBudget(r.name, r.config.kv_tokens > 0 ? r.config.kv_tokens * r.charsPerToken : undefined);
+    const now = Date.now();
+    for (const r of fleet.replicas) {
+      r.kvBelief = router.believedKvTokens(r.name, r.startingKvTokens(), now, config.routing.capacity_window_ms);
+      router.index.setBudget(r.name, r.kvBelief !== undefined ? r.kvBelief * r.charsPerToken : undefined);
+      const { contradiction } = kvView(r, router.truthOf(r.name).capacity);
+      const kind = contradiction?.split(":")[0];
+      if (kind && contradicted.get(r.name) !== kind) log.warn(`capacity: ${r.name}: ${contradiction}`, { replica: r.name, kv_tokens: r.config.kv_tokens, believed_kv_tokens: r.kvBelief });
+      if (kind) contradicted.set(r.name, kind);
+      else contradicted.delete(r.name);
+    }
   };
   syncBudgets();
   const refreshCapacity = () => {
@@ -234,7 +253,9 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       fleet.configure({ healthPath: next.health.path, healthTimeoutMs: next.health.timeout_ms, failures: next.health.failures });
       config = next;
       schedule();
-      await Promise.all(added.map((name) => fleet.check(fleet.byName(name)!)));
+      // Every replica is asked again what it is: an engine may have been replaced behind its URL.
+      for (const r of fleet.replicas) r.rediscover = true;
+      await fleet.checkAll();
       log.info("config reloaded", {
         policy: next.routing.policy,
         replicas: fleet.replicas.map((r) => r.name).join(","),

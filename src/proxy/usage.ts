@@ -1,10 +1,10 @@
 /**
  * Usage on every response (DESIGN key decision 2, the one exception to "forward the
  * client's bytes unchanged"): a streamed chat/completions request that did not ask for
- * usage gets `stream_options.include_usage` set, so the engine reports cached tokens; what
- * that adds to the stream — the final `choices: []` usage chunk, and a `usage` member some
- * engines put in every chunk (`"usage":null`, as OpenAI does) — is taken out again, so the
- * client receives the bytes it would have received without the router.
+ * usage gets `stream_options.include_usage` set — only for an engine that would not say its
+ * cached tokens otherwise (the engine profile decides: llama.cpp's streams carry them
+ * unasked, so nothing is added there) — and what that adds to the stream is taken out
+ * again, so the client receives the bytes it would have received without the router.
  */
 import type { Endpoint } from "../route/shape.ts";
 import { splice, topLevelMembers, withoutMember, type Member } from "./_json.ts";
@@ -33,13 +33,18 @@ export function withUsageRequested(endpoint: Endpoint, body: Record<string, unkn
 }
 
 /**
- * Removes the usage the router asked for from an OpenAI-style SSE stream: an event whose
- * JSON has `choices: []` and a usage is dropped whole; a `usage` member in any other event
- * is cut out of it. Everything else — other events, `[DONE]`, comments, line endings —
- * passes byte for byte. Events are held only until their blank line arrives.
+ * Removes the usage the router asked for from an OpenAI-style SSE stream, and nothing else:
+ * an event whose JSON has `choices: []` and a usage is dropped whole, and a `"usage": null`
+ * member (OpenAI writes one into every chunk once usage is asked for) is cut out. A usage
+ * beside real choices is the engine's own (llama.cpp's completions, vLLM with
+ * --enable-force-include-usage): it stays, and so does the final usage chunk of such an
+ * engine, which it sends unasked. Everything else — other events, `[DONE]`, comments, line
+ * endings — passes byte for byte. Events are held only until their blank line arrives.
  */
 export class UsageStripper {
   private pending = new Uint8Array(0);
+  /** The engine put a usage beside real choices: it streams usage whether asked or not. */
+  engineSendsUsage = false;
 
   push(chunk: Uint8Array): Uint8Array {
     const bytes = this.pending.length > 0 ? concat(this.pending, chunk) : chunk;
@@ -48,7 +53,7 @@ export class UsageStripper {
     for (;;) {
       const end = eventEnd(bytes, start);
       if (end < 0) break;
-      out.push(strip(bytes.subarray(start, end)));
+      out.push(this.strip(bytes.subarray(start, end)));
       start = end;
     }
     this.pending = bytes.slice(start);
@@ -60,6 +65,26 @@ export class UsageStripper {
     const rest = this.pending;
     this.pending = new Uint8Array(0);
     return rest;
+  }
+
+  private strip(event: Uint8Array): Uint8Array {
+    if (indexOfBytes(event, USAGE) < 0) return event;
+    // Only a single `data:` line is inspected; anything else is not a chunk we added to.
+    if (!startsWith(event, DATA)) return event;
+    let start = DATA.length;
+    if (event[start] === 0x20) start++;
+    const lineEnd = event.indexOf(LF, start);
+    const end = lineEnd > 0 && event[lineEnd - 1] === CR ? lineEnd - 1 : lineEnd;
+    if (end < 0 || indexOfBytes(event.subarray(lineEnd + 1), DATA) >= 0) return event;
+    const scanned = topLevelMembers(event, start, end);
+    if (!scanned) return event;
+    const usage = scanned.members.find((m) => m.key === "usage");
+    if (!usage) return event;
+    if (text(event, usage) === "null") return withoutMember(event, scanned.members, usage);
+    const choices = scanned.members.find((m) => m.key === "choices");
+    if (choices && /^\[\s*\]$/.test(text(event, choices))) return this.engineSendsUsage ? event : new Uint8Array(0);
+    this.engineSendsUsage = true;
+    return event;
   }
 }
 
@@ -75,25 +100,6 @@ function eventEnd(bytes: Uint8Array, start: number): number {
     if (bytes[i + 1] === CR && bytes[i + 2] === LF) return i + 3;
   }
   return -1;
-}
-
-function strip(event: Uint8Array): Uint8Array {
-  if (indexOfBytes(event, USAGE) < 0) return event;
-  // Only a single `data:` line is inspected; anything else is not a chunk we added to.
-  if (!startsWith(event, DATA)) return event;
-  let start = DATA.length;
-  if (event[start] === 0x20) start++;
-  const lineEnd = event.indexOf(LF, start);
-  const end = lineEnd > 0 && event[lineEnd - 1] === CR ? lineEnd - 1 : lineEnd;
-  if (end < 0 || indexOfBytes(event.subarray(lineEnd + 1), DATA) >= 0) return event;
-  const scanned = topLevelMembers(event, start, end);
-  if (!scanned) return event;
-  const usage = scanned.members.find((m) => m.key === "usage");
-  if (!usage) return event;
-  const choices = scanned.members.find((m) => m.key === "choices");
-  const isNull = text(event, usage) === "null";
-  if (!isNull && choices && /^\[\s*\]$/.test(text(event, choices))) return new Uint8Array(0);
-  return withoutMember(event, scanned.members, usage);
 }
 
 function text(bytes: Uint8Array, m: Member): string {

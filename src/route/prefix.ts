@@ -242,6 +242,46 @@ export class PrefixIndex {
     return dropped;
   }
 
+  /**
+   * What a replica was sent between two moments: the characters of distinct prefixes last
+   * used after `after` and before `before` (an LRU cache's reuse distance of a prefix last
+   * used at `after`, as of a request committed at `before`), and how many of them are prompt
+   * tips (conversations and one-shots: a slot each on an engine that keeps one prompt per
+   * slot). Walks the replica's list from its newest end and stops past `limitChars`.
+   */
+  distance(replica: string, after: number, before: number, limitChars = Infinity): { chars: number; tips: number; capped: boolean } {
+    const r = this.ids.get(replica);
+    let chars = 0;
+    let tips = 0;
+    if (r === undefined) return { chars, tips, capped: false };
+    for (let e = this.newest[r]!; e !== NIL && this.last[e]! > after; e = this.prev[e]!) {
+      if (this.last[e]! >= before) continue;
+      chars += this.delta[e]!;
+      if (this.children[e] === 0) tips++;
+      if (chars > limitChars) return { chars, tips, capped: true };
+    }
+    return { chars, tips, capped: false };
+  }
+
+  /**
+   * The longest prefix of `chain` that `replica` is remembered to have been sent, held within
+   * its budget or not: what an engine that kept more than the budget says could deliver.
+   */
+  matchRemembered(chain: PrefixChain, replica: string): PrefixMatch {
+    const r = this.ids.get(replica);
+    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
+    let lo = 0;
+    let hi = chain.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.find(chain.lo[mid]!, chain.hi[mid]!, r) !== NIL) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
+    const deepest = this.find(chain.lo[lo - 1]!, chain.hi[lo - 1]!, r);
+    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]! };
+  }
+
   /** A replica's budget in characters (its KV), or undefined for none (only the global bound). */
   setBudget(replica: string, chars: number | undefined): void {
     const r = this.idOf(replica);

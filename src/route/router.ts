@@ -43,6 +43,15 @@ export interface RouterSink {
 export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
   /** Commit time (ms) of the oldest request sent here that has not reached its first byte. */
   pendingSince?: number;
+  /** Tokens per block the engine caches (1 = token by token): a shortfall within it is rounding. */
+  blockTokens?: number;
+  /**
+   * The engine keeps one prompt per slot (llama.cpp): this many conversations stay in its
+   * KV, and a prefix a running request holds is not shared with another slot.
+   */
+  slots?: number;
+  /** For a slotted engine: the request committed at `at` is still running there (its slot is busy). */
+  busyWith?: (at: number) => boolean;
 };
 
 /** What a decision expected of the cache, in characters of prompt; the proxy reports them. */
@@ -60,14 +69,28 @@ export interface RouteEstimate {
   charsPerToken: number;
   /** Prompt tokens the chosen replica must prefill (its queue grows by this much): all of them when the match is not settled. */
   uncachedTokens: number;
+  /** The chosen replica's cache granularity in tokens. */
+  blockTokens: number;
+  /** The chosen replica's KV as the router believes it, in characters (Infinity: unknown). */
+  budgetChars: number;
+  /** The chosen replica's slots, for an engine that keeps one prompt per slot. */
+  slots?: number;
+  /** The request carries earlier turns: only such a prompt can be re-rendered differently by a chat template. */
+  continuation: boolean;
 }
 
 export interface Routed extends Decision {
   estimate: RouteEstimate;
 }
 
-/** How the engine's report compared with the index's expectation. */
-export type Verdict = "hit" | "miss" | "unexpected_hit" | "cold" | "unsettled";
+/**
+ * How the engine's report compared with the index's expectation. `template`: short of a
+ * settled prediction where nothing could have been evicted (the card had room for all it was
+ * sent since): the engine's chat template rendered the earlier turns differently this time
+ * (Mistral 3's tools before the last user message, Qwen3's reasoning of earlier turns), so
+ * the continuation stopped being a token prefix — the index is not corrected for it.
+ */
+export type Verdict = "hit" | "miss" | "template" | "unexpected_hit" | "cold" | "unsettled";
 
 /** Undo a commit's new links (see Router.commit); returns how many were removed. */
 export type Retract = () => number;
@@ -79,16 +102,43 @@ export interface ReplicaTruth {
   hits: number;
   misses: number;
   unexpectedHits: number;
+  /** Shortfalls read as template breaks, not evictions. */
+  templates: number;
   /** Entries dropped because the engine had evicted them. */
   corrected: number;
+  /** What the engine's reports say of its KV (see CapacityEvidence). */
+  capacity: CapacityEvidence;
+  /** Tokens the index predicted cached on requests whose engine reported nothing, since the last window was read. */
+  windowPredictedTokens: number;
   /** The engine has delivered a real hit at least once. */
   reported: boolean;
   /** The engine never delivered a predicted hit: its reports are not acted on (its cache may be off). */
   distrusted: boolean;
 }
 
+/**
+ * What the engine's reports prove about a card's KV, in tokens: a hit on a prefix after
+ * `lower` tokens of other prefixes proves it holds at least that much; an eviction after
+ * `upper` proves it holds less. An LRU cache keeps a prefix exactly while what was used
+ * since fits, so these bound its capacity whatever kv_tokens or the engine said.
+ */
+export interface CapacityEvidence {
+  lowerTokens?: number;
+  upperTokens?: number;
+  /** When the upper bound was last confirmed (ms): it relaxes with time without new evictions. */
+  upperAt?: number;
+}
+
 /** A prediction is judged only when it is worth this many tokens (block rounding, template overhead). */
 const JUDGE_TOKENS = 256;
+/**
+ * Share of a card's believed KV that must have been used since a prefix's last use before a
+ * shortfall can be an eviction. Below it the card had room: an LRU engine evicted nothing.
+ * (Not 1: decode tokens, running sequences and chars-per-token error are not in the count.)
+ */
+const PRESSURE = 0.6;
+/** An upper bound grows by this share per capacity window without a new eviction to confirm it. */
+export const UPPER_RELAX = 0.1;
 /** Misses without a single hit before the engine's reports stop being acted on. */
 const DISTRUST_AFTER = 8;
 
@@ -123,17 +173,21 @@ export class Router {
   /** Choose a replica among `fleet` (already narrowed to the request's model), or none. */
   route(input: RouteInput, fleet: readonly FleetView[], now: number = Date.now()): Routed | undefined {
     this.index.advance(now);
-    const replicas: ReplicaView[] = fleet.map(({ pendingSince: _p, ...r }) => ({
+    const replicas: ReplicaView[] = fleet.map(({ pendingSince: _p, blockTokens: _b, slots: _s, busyWith: _w, ...r }) => ({
       ...r,
       cachedChars: this.index.workingSetChars(r.name),
       recentChars: this.index.recentChars(r.name),
     }));
     const matches = this.matchAll(input.chains, replicas);
     const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
+    const continuation = input.shape.continuation || this.extendsServedPrompt(input, matches);
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
-      const settled = view.pendingSince === undefined || m.lastUsed < view.pendingSince;
+      // A prefix another request is still prefilling is not cached yet; on an engine that keeps
+      // one prompt per slot, not while that request runs (its slot is busy, another slot has
+      // its own KV: a burst does not share).
+      const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
       return {
         ...decision,
         estimate: {
@@ -146,6 +200,10 @@ export class Router {
           // A prefix another request is still prefilling there is not cached yet: the engine
           // computes it again for this one, and its queue grows by all of it.
           uncachedTokens: Math.max(0, totalChars - (settled ? m.chars : 0)) / view.charsPerToken,
+          blockTokens: view.blockTokens ?? 16,
+          budgetChars: view.budgetChars,
+          ...(view.slots ? { slots: view.slots } : {}),
+          continuation,
         },
       };
     };
@@ -165,7 +223,7 @@ export class Router {
       hash: (text) => hex64(this.hasher.hash(text, 0n)),
       matches: () => matches,
       totalChars,
-      continuation: input.shape.continuation || this.extendsServedPrompt(input, matches),
+      continuation,
       ...(input.shape.session ? { sessionReplica: this.sessions.get(sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
@@ -202,40 +260,74 @@ export class Router {
   }
 
   /**
-   * What the engine delivered (usage's cached tokens) against what the decision expected.
-   * Short of a settled prediction (by more than block rounding): the engine evicted that
-   * prefix's tail, and an LRU cache evicts everything used before it first — drop those
-   * entries. More than predicted: a
-   * hit the index did not know (the chain is recorded by the commit already). An engine
-   * that never delivers a predicted hit is not believed, so a cache that is off (or an
-   * engine that reports zeros) cannot empty the index.
+   * What the engine delivered (usage's cached tokens) against what the decision expected,
+   * for the request committed at `committedAt`. Within block rounding: a hit, and proof the
+   * card held everything used since the prefix's last use. Short of a settled prediction:
+   * an eviction only if the card could have run out of room — what was used there since the
+   * prefix's last use (its LRU reuse distance) fills most of the KV believed, or, on an
+   * engine with one prompt per slot, at least as many other conversations as it has slots.
+   * Then an LRU cache evicted everything used before it too: those entries are dropped, and
+   * the distance bounds the card's capacity from above. Otherwise nothing could have been
+   * evicted: the engine's template rendered the earlier turns differently (a `template`
+   * verdict); the index is right about what was sent and is left alone. More than predicted:
+   * a hit the index did not know (the chain is recorded by the commit already), and proof the
+   * card holds more. An engine that never delivers a predicted hit is not believed, so a
+   * cache that is off (or an engine that reports zeros) cannot empty the index.
+   * `cachedTokens` undefined: the engine said nothing (the prediction joins the window the
+   * engine's counters are compared with, see `windowFeedback`).
    */
-  feedback(replica: string, estimate: RouteEstimate, cachedTokens: number | undefined): Verdict | undefined {
-    if (cachedTokens === undefined || !(cachedTokens >= 0)) return undefined;
+  feedback(replica: string, estimate: RouteEstimate, cachedTokens: number | undefined, committedAt: number = Date.now()): Verdict | undefined {
     const truth = this.truthOf(replica);
     const predicted = estimate.capturedChars / estimate.charsPerToken;
+    if (cachedTokens === undefined || !(cachedTokens >= 0)) {
+      if (estimate.settled) truth.windowPredictedTokens += predicted;
+      return undefined;
+    }
     truth.predictedTokens += predicted;
     truth.deliveredTokens += cachedTokens;
-    if (cachedTokens > predicted + Math.max(JUDGE_TOKENS, predicted / 2)) {
+    // Block rounding: vLLM caches whole blocks and recomputes the last token, hybrid models use
+    // blocks of hundreds of tokens; a shortfall within one block is no news.
+    const margin = Math.max(JUDGE_TOKENS, estimate.blockTokens + 32);
+    if (cachedTokens > predicted + Math.max(margin, predicted / 2)) {
       truth.unexpectedHits++;
       return "unexpected_hit";
     }
-    if (predicted < JUDGE_TOKENS) return "cold";
+    if (predicted < margin) return "cold";
     if (!estimate.settled) return "unsettled";
     // The engine caches: it has delivered a real hit (the index may still over-believe).
-    if (cachedTokens >= JUDGE_TOKENS) {
+    if (cachedTokens >= margin) {
       truth.reported = true;
       truth.distrusted = false;
     }
+    const cpt = estimate.charsPerToken;
+    const budgetTokens = estimate.budgetChars / cpt;
+    // Only distances up to twice the KV believed can say anything new.
+    const since = this.index.distance(replica, estimate.matchedAt, committedAt, Number.isFinite(estimate.budgetChars) ? 2 * estimate.budgetChars : 64 * estimate.capturedChars);
+    const sinceTokens = since.chars / cpt;
     // Delivered all but block rounding and template tokens: as predicted.
-    if (predicted - cachedTokens < JUDGE_TOKENS || cachedTokens >= predicted * 0.9) {
+    if (predicted - cachedTokens < margin || cachedTokens >= predicted * 0.9) {
       truth.hits++;
+      if (!since.capped) this.proveAtLeast(truth, sinceTokens + predicted);
       return "hit";
+    }
+    const pressure = this.evictionPlausible(truth, predicted, sinceTokens, since, budgetTokens, estimate.slots);
+    // Only a prompt carrying earlier turns can be rendered differently by a chat template; a
+    // one-shot's prefix that fell short without pressure was evicted all the same (or its
+    // engine restarted unseen): the KV believed is more than the card has.
+    if (!pressure && estimate.continuation) {
+      truth.templates++;
+      return "template";
     }
     // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
     truth.misses++;
     if (!truth.reported && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
     if (!truth.distrusted) {
+      // What survived plus everything used since fit; the whole prefix did not. (An engine
+      // that never delivered a hit says nothing about its KV.)
+      if (!since.capped && truth.reported) {
+        this.proveAtLeast(truth, sinceTokens + cachedTokens);
+        this.proveBelow(truth, sinceTokens + predicted, committedAt);
+      }
       const dropped = this.index.forgetUsedBy(replica, estimate.matchedAt);
       truth.corrected += dropped;
       if (dropped > 0) this.sink?.forgetUsedBy(replica, estimate.matchedAt);
@@ -243,9 +335,85 @@ export class Router {
     return "miss";
   }
 
+  /**
+   * Could the card have evicted the prefix? Only if what it was sent since the prefix's last
+   * use (plus the prefix) fills most of its KV — or, unknown KV, if no hit has proven it holds
+   * that much; on a slotted engine, only if at least as many other conversations came since
+   * as it has slots (each takes the least recently used one).
+   */
+  private evictionPlausible(truth: ReplicaTruth, predicted: number, sinceTokens: number, since: { tips: number; capped: boolean }, budgetTokens: number, slots: number | undefined): boolean {
+    if (since.capped) return true;
+    if (slots !== undefined && since.tips < slots) return false;
+    const need = sinceTokens + predicted;
+    if (Number.isFinite(budgetTokens)) return need >= PRESSURE * budgetTokens;
+    return !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need);
+  }
+
+  private proveAtLeast(truth: ReplicaTruth, tokens: number): void {
+    const c = truth.capacity;
+    if (!(tokens > (c.lowerTokens ?? 0))) return;
+    c.lowerTokens = Math.round(tokens);
+    // A card that held this much is not smaller: an older, lower upper bound was noise.
+    if (c.upperTokens !== undefined && c.upperTokens < c.lowerTokens) {
+      delete c.upperTokens;
+      delete c.upperAt;
+    }
+  }
+
+  private proveBelow(truth: ReplicaTruth, tokens: number, at: number): void {
+    const c = truth.capacity;
+    if (c.lowerTokens !== undefined && tokens <= c.lowerTokens) return;
+    if (c.upperTokens === undefined || tokens < c.upperTokens) c.upperTokens = Math.round(tokens);
+    c.upperAt = at;
+  }
+
+  /**
+   * The engine's own cache counters over a window (hits and queries since the last read),
+   * for a replica whose responses carry no cached tokens: compared with what the index
+   * predicted cached for the requests answered in the window. Returns the window's verdict
+   * (undefined: too little predicted to judge). A window far short of the prediction on a
+   * card the index believes full bounds its capacity by what the index holds there.
+   */
+  windowFeedback(replica: string, hits: number, heldTokens: number, budgetTokens: number, now: number): "hit" | "miss" | undefined {
+    const truth = this.truthOf(replica);
+    const predicted = truth.windowPredictedTokens;
+    truth.windowPredictedTokens = 0;
+    if (predicted < JUDGE_TOKENS) return undefined;
+    truth.predictedTokens += predicted;
+    truth.deliveredTokens += Math.min(hits, predicted);
+    if (hits >= predicted * 0.8) {
+      truth.hits++;
+      truth.reported = true;
+      truth.distrusted = false;
+      this.proveAtLeast(truth, Math.min(heldTokens, hits));
+      return "hit";
+    }
+    truth.misses++;
+    if (!truth.reported && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
+    if (!truth.distrusted && (!Number.isFinite(budgetTokens) || heldTokens >= PRESSURE * budgetTokens)) this.proveBelow(truth, heldTokens, now);
+    return "miss";
+  }
+
+  /** The KV this replica is believed to hold, in tokens: the starting belief bounded by the evidence. */
+  believedKvTokens(replica: string, starting: number | undefined, now: number, windowMs: number): number | undefined {
+    const c = this.truthOf(replica).capacity;
+    let upper = c.upperTokens;
+    if (upper !== undefined && c.upperAt !== undefined && windowMs > 0) {
+      // Evictions seen long ago under other traffic say less about today's card.
+      upper *= 1 + UPPER_RELAX * Math.max(0, Math.floor((now - c.upperAt) / windowMs));
+    }
+    let belief = starting;
+    if (upper !== undefined && (belief === undefined || upper < belief)) belief = upper;
+    if (c.lowerTokens !== undefined && belief !== undefined && c.lowerTokens > belief) belief = c.lowerTokens;
+    return belief;
+  }
+
   truthOf(replica: string): ReplicaTruth {
     let t = this.truths.get(replica);
-    if (!t) this.truths.set(replica, (t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, unexpectedHits: 0, corrected: 0, reported: false, distrusted: false }));
+    if (!t) {
+      t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, templates: 0, unexpectedHits: 0, corrected: 0, reported: false, distrusted: false, capacity: {}, windowPredictedTokens: 0 };
+      this.truths.set(replica, t);
+    }
     return t;
   }
 

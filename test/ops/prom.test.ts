@@ -44,7 +44,9 @@ it("reads engine load signals by family and reports names it did not find", () =
   expect(r.missing).toContain("prefix_hits");
 
   const llama = readEngine(parsePrometheus("llamacpp:requests_processing 1\nllamacpp:requests_deferred 2\n"));
-  expect(llama).toMatchObject({ family: "llamacpp", values: { running: 1, waiting: 2 }, missing: ["prompt_tokens", "kv_capacity"] });
+  expect(llama).toMatchObject({ family: "llamacpp", values: { running: 1, waiting: 2 }, missing: ["prompt_tokens", "cached_tokens", "prompt_seconds", "generation_tokens"] });
+  // n_tokens_max is the largest sequence seen (its HELP says so), not the KV capacity: never read as one.
+  expect(readEngine(parsePrometheus("llamacpp:n_tokens_max 13148\n")).values).toEqual({});
   // only the signals asked for are read and reported
   expect(readEngine(vllm, ["running", "waiting"]).missing).toEqual([]);
   expect(readEngine(parsePrometheus("go_goroutines 12\n")).family).toBeUndefined();

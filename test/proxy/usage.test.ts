@@ -53,7 +53,10 @@ describe("UsageStripper: the stream the client would have received", () => {
   it.each([
     ["the final usage chunk is dropped (vLLM)", chunk("") + usageChunk + "data: [DONE]\n\n", chunk("") + "data: [DONE]\n\n"],
     ['"usage":null in every chunk is cut out (OpenAI, the sim)', chunk(`,"usage":null`) + chunk(`,"usage":null`) + usageChunk + "data: [DONE]\n\n", chunk("") + chunk("") + "data: [DONE]\n\n"],
-    ["usage riding on a content chunk is cut out of it", `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n`, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n`],
+    // llama.cpp's completions stream puts usage on its final chunk unasked (server-task.cpp): the engine's own, kept.
+    ["a usage riding on a content chunk is the engine's own: kept", `data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n`, `data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n`],
+    // vLLM --enable-force-include-usage: usage on every chunk and the final usage chunk, whether asked or not.
+    ["an engine that streams usage unasked keeps its final usage chunk too", `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n${usageChunk}data: [DONE]\n\n`, `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n${usageChunk}data: [DONE]\n\n`],
     ["usage first in the object", `data: {"usage":null,"choices":[]}\n\n`, `data: {"choices":[]}\n\n`],
     ["CRLF line endings kept", chunk("").replace(/\n/g, "\r\n") + usageChunk.replace(/\n/g, "\r\n"), chunk("").replace(/\n/g, "\r\n")],
     ["comments, keep-alives and other events pass", `: ping\n\nevent: x\ndata: {"usage":1,"choices":[]}\n\n` + chunk(""), `: ping\n\nevent: x\ndata: {"usage":1,"choices":[]}\n\n` + chunk("")],

@@ -46,7 +46,7 @@ describe("feedback from cached_tokens", () => {
 
     const status = (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
     const hit = status.replicas[0]!.hit;
-    expect(hit.predictions).toEqual({ hit: 1, miss: 1, unexpected_hit: 0 });
+    expect(hit.predictions).toEqual({ hit: 1, miss: 1, template: 0, unexpected_hit: 0 });
     // available = captured here (one card); the engine delivered less than the index expected
     expect(hit.available_tokens).toBe(hit.captured_tokens);
     expect(hit.captured_tokens).toBeGreaterThan(hit.delivered_tokens);

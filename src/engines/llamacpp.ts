@@ -1,0 +1,72 @@
+/**
+ * llama.cpp's llama-server, as its own source says (tools/server/ in ggml-org/llama.cpp, at
+ * the commit of the node-llama-cpp npm package the project builds from) and as a real
+ * server showed (test/system/, `npm run test:system`).
+ */
+import { sum, type EngineProfile } from "./profile.ts";
+
+export const LLAMACPP: EngineProfile = {
+  family: "llamacpp",
+  label: "llama.cpp",
+  // server-context.cpp get_res_model_info: {"owned_by", "llamacpp"}.
+  ownedBy: (v) => v === "llamacpp",
+  metricPrefix: "llamacpp:",
+  // server-task.cpp server_task_result_metrics::to_metrics; only with --metrics.
+  // `llamacpp:n_tokens_max` is NOT the KV capacity: its HELP says "Largest observed sequence
+  // length (prompt + generation)", a counter (13,148 after a 13k-token prompt).
+  metrics: {
+    running: ["llamacpp:requests_processing"],
+    waiting: ["llamacpp:requests_deferred"],
+    // "Number of prompt tokens processed, excluding cached tokens"
+    prompt_tokens: ["llamacpp:prompt_tokens_total"],
+    // "Number of prompt tokens reused from the cache"
+    cached_tokens: ["llamacpp:prompt_tokens_cached_total"],
+    // "Total time spent processing prompts": with prompt_tokens, the real prefill rate.
+    prompt_seconds: ["llamacpp:prompt_seconds_total"],
+    generation_tokens: ["llamacpp:tokens_predicted_total"],
+  },
+  // prompt_tokens_total excludes the cached tokens (server-common.h server_metrics: "only
+  // processed tokens, cached ones are counted separately"): looked up = both.
+  cacheCounters(metrics) {
+    const hits = sum(metrics, "llamacpp:prompt_tokens_cached_total");
+    const processed = sum(metrics, "llamacpp:prompt_tokens_total");
+    if (hits === undefined || processed === undefined) return undefined;
+    return { hits, queries: processed + hits, names: ["llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"] };
+  },
+  // Capacity is not on /metrics: /props has total_slots and default_generation_settings.n_ctx
+  // (per slot; server-context.cpp get_res_props), /v1/models meta.n_ctx (per slot).
+  // server-context.cpp get_metrics: the header carries server_metrics::t_start, which is
+  // ggml_time_us() at start — CLOCK_MONOTONIC microseconds, not a Unix time: compared, never read.
+  startTimeHeader: "process-start-time-unix",
+  usage: {
+    // server-task.cpp usage_json_oaicompat: prompt_tokens_details.cached_tokens on every
+    // response, beside timings.cache_n (equal in a real run).
+    cached: "always",
+    zeroOmitted: false,
+    responsesConstant: false,
+  },
+  // server-task.cpp to_json_oaicompat_chat_stream: without include_usage the last chunk still
+  // carries `timings` (cache_n, prompt_n); with it, usage and timings move onto an extra
+  // `choices: []` chunk. Completions streams put `usage` on the final chunk unasked. So the
+  // router adds nothing and strips nothing: the client gets the engine's bytes.
+  stream: { usageUnasked: () => true },
+  // A single-model llama-server does not check `model` (any value is served); with several
+  // models (router mode, server-models.cpp) names matter — the fleet applies this only to a
+  // replica listing one model.
+  anyModelName: true,
+  // The slot's cached tokens are reused up to the longest common prefix, token by token.
+  blockTokens: 1,
+  metricsFlag: "--metrics",
+  // /props build_info: "b<N>-<commit>".
+  version: { path: "/props", read: (b) => (b && typeof b === "object" && typeof (b as { build_info?: unknown }).build_info === "string" ? (b as { build_info: string }).build_info : undefined) },
+};
+
+/** llama.cpp's /props: slots and the context of each (server-context.cpp get_res_props). */
+export function llamacppCapacity(props: unknown): { kvTokens: number; slots: number; blockTokens: number; source: string } | undefined {
+  if (!props || typeof props !== "object") return undefined;
+  const p = props as { total_slots?: unknown; default_generation_settings?: { n_ctx?: unknown } };
+  const slots = Number(p.total_slots);
+  const perSlot = Number(p.default_generation_settings?.n_ctx);
+  if (!(slots >= 1) || !(perSlot >= 1)) return undefined;
+  return { kvTokens: slots * perSlot, slots, blockTokens: 1, source: "/props" };
+}

@@ -1,0 +1,31 @@
+/**
+ * Ollama, as its own source says. Paths are in the ollama/ollama repository.
+ */
+import type { EngineProfile } from "./profile.ts";
+import { stringField } from "./vllm.ts";
+
+export const OLLAMA: EngineProfile = {
+  family: "ollama",
+  label: "Ollama",
+  // openai/openai.go ListCompletion: OwnedBy is the model name's namespace, "library" by
+  // default (types/model/name.go defaultNamespace).
+  ownedBy: (v) => v === "library",
+  // No /metrics endpoint.
+  metrics: {},
+  cacheCounters: () => undefined,
+  usage: {
+    // openai/openai.go Usage: prompt_tokens, completion_tokens, total_tokens — no cached field.
+    cached: "never",
+    zeroOmitted: false,
+    // openai/responses.go: `InputTokensDetails: ResponsesInputTokensDetails{CachedTokens: 0}`,
+    // whatever the runner reused: a constant, never a miss.
+    responsesConstant: true,
+  },
+  // openai/openai.go: the usage chunk only with stream_options.include_usage.
+  stream: { usageUnasked: () => false },
+  anyModelName: false,
+  // The runner reuses a slot's inputs up to the longest common prefix (runner/ollamarunner/cache.go).
+  blockTokens: 1,
+  // server/routes.go: GET /api/version → {"version": "…"}.
+  version: { path: "/api/version", read: (b) => stringField(b, "version") },
+};

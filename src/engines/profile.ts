@@ -1,0 +1,123 @@
+/**
+ * What the router knows of an engine family (DESIGN decision 11): one profile per family,
+ * each fact beside the engine source file or the real run it comes from. The proxy, the
+ * fleet, the probe and the feedback code ask a profile instead of naming an engine
+ * themselves. The sim's imitation of these engines is written apart (src/sim) and never
+ * imports this room: the real llama-server in `npm run test:system` referees the two.
+ */
+import type { Sample } from "./metrics.ts";
+
+export const ENGINE_FAMILIES = ["vllm", "sglang", "llamacpp", "ollama"] as const;
+export type EngineFamily = (typeof ENGINE_FAMILIES)[number];
+
+/** A /metrics signal the router or the probe reads. */
+export type Signal =
+  | "running"
+  | "waiting"
+  | "kv_usage"
+  /** Prompt tokens looked up in the prefix cache (a counter, in tokens). */
+  | "prefix_queries"
+  /** Prompt tokens found there (a counter, in tokens). */
+  | "prefix_hits"
+  /** Prompt tokens served from the cache, for engines that count them apart from the prompt tokens. */
+  | "cached_tokens"
+  /** A gauge ratio some engines compute themselves (SGLang: the last prefill batch only). */
+  | "cache_hit_rate"
+  | "prompt_tokens"
+  /** Seconds spent prefilling (a counter): with prompt_tokens, the measured prefill rate. */
+  | "prompt_seconds"
+  | "generation_tokens"
+  | "preemptions"
+  | "kv_capacity"
+  | "ttft";
+
+/** The engine's own view of its prefix cache over a window: tokens looked up and tokens found. */
+export interface CacheCounters {
+  queries: number;
+  hits: number;
+  /** The names read, for reports. */
+  names: string[];
+}
+
+/** What an engine says about its KV capacity. */
+export interface Capacity {
+  /** Tokens of KV the engine can hold for prefixes and running sequences (all slots). */
+  kvTokens: number;
+  /** llama.cpp: the KV is split into this many slots, one sequence each. */
+  slots?: number;
+  /** The engine caches whole blocks of this many tokens (1 = token-granular). */
+  blockTokens?: number;
+  /** Where it was read: "vllm:cache_config_info", "/props", … */
+  source: string;
+}
+
+/** How an engine reports cached prompt tokens on each response. */
+export interface UsageRules {
+  /**
+   * `always`: every response of a cache-reporting endpoint carries it. `flag`: only when the
+   * server was started with `flag` (the field is then the evidence the flag is on). `never`.
+   */
+  cached: "always" | "flag" | "never";
+  /** The server flag that turns per-request cached tokens on (for `cached: "flag"`). */
+  flag?: string;
+  /**
+   * Once a replica has shown the field, its absence means 0 (vLLM before it reported zeros,
+   * SGLang always omit a zero). Otherwise absent is unknown.
+   */
+  zeroOmitted: boolean;
+  /** The Responses API's `input_tokens_details.cached_tokens` is a constant the engine cannot know (Ollama). */
+  responsesConstant: boolean;
+}
+
+/** How an engine streams usage. */
+export interface StreamRules {
+  /**
+   * Does a stream that did not ask for usage still tell the cached tokens (llama.cpp's
+   * `timings` on the last chunk; its completions put `usage` there unasked)? Then the router
+   * adds nothing to the request and strips nothing from the stream.
+   */
+  usageUnasked(endpoint: "chat" | "completions"): boolean;
+}
+
+export interface EngineProfile {
+  family: EngineFamily;
+  label: string;
+  /** `/v1/models` cards' `owned_by` values this family writes. */
+  ownedBy(value: string): boolean;
+  /** Metric-name prefix, when the family has /metrics. */
+  metricPrefix?: string;
+  /** Names per signal, newest spelling first. */
+  metrics: Partial<Record<Signal, readonly string[]>>;
+  /** The engine's cache counters at one scrape (a delta of two is a window's verdict). */
+  cacheCounters(metrics: Map<string, Sample[]>): CacheCounters | undefined;
+  /** KV capacity as published on /metrics, if this family publishes it there. */
+  capacityFromMetrics?(metrics: Map<string, Sample[]>): Capacity | undefined;
+  /** The metric whose change means a new process (its cache is gone). */
+  startTimeMetric?: string;
+  /** The response header whose change means a new process. */
+  startTimeHeader?: string;
+  usage: UsageRules;
+  stream: StreamRules;
+  /** A single-model server that answers any `model` value (llama.cpp). */
+  anyModelName: boolean;
+  /** Tokens per cached block when the engine does not publish it. */
+  blockTokens: number;
+  /** The flag that turns /metrics on, when it is off by default. */
+  metricsFlag?: string;
+  /** Endpoints that say the version: path and how to read it. */
+  version?: { path: string; read(body: unknown): string | undefined };
+}
+
+/** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */
+export function sum(metrics: Map<string, Sample[]>, name: string): number | undefined {
+  const samples = metrics.get(name);
+  if (!samples || samples.length === 0) return undefined;
+  let total = 0;
+  for (const s of samples) total += s.value;
+  return total;
+}
+
+/** The first name of `names` the scrape has. */
+export function firstPresent(metrics: Map<string, Sample[]>, names: readonly string[] | undefined): string | undefined {
+  return names?.find((n) => metrics.has(n));
+}

@@ -1,0 +1,85 @@
+/**
+ * vLLM (V1 engine), as its own source says. Paths are in the vllm-project/vllm repository.
+ */
+import { firstPresent, sum, type EngineProfile } from "./profile.ts";
+
+export const VLLM: EngineProfile = {
+  family: "vllm",
+  label: "vLLM",
+  // vllm/entrypoints/openai/engine/protocol.py ModelCard: `owned_by: str = "vllm"`.
+  ownedBy: (v) => v === "vllm",
+  metricPrefix: "vllm:",
+  // vllm/v1/metrics/loggers.py PrometheusStatLogger (the `_total` suffix is prometheus_client's).
+  // Before 0.9 the KV and prefix-cache names carried a `gpu_`: both spellings are read.
+  metrics: {
+    running: ["vllm:num_requests_running"],
+    waiting: ["vllm:num_requests_waiting"],
+    kv_usage: ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+    prefix_queries: ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
+    prefix_hits: ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
+    prompt_tokens: ["vllm:prompt_tokens_total"],
+    generation_tokens: ["vllm:generation_tokens_total"],
+    preemptions: ["vllm:num_preemptions_total"],
+    // a histogram: its _count series says whether it is exposed
+    ttft: ["vllm:time_to_first_token_seconds_count"],
+  },
+  // Both counters are in tokens (loggers.py: "Prefix cache queries, in terms of number of
+  // queried tokens"), so a delta of the two is the hit rate of the window.
+  cacheCounters(metrics) {
+    const names = VLLM.metrics;
+    for (let i = 0; i < (names.prefix_hits?.length ?? 0); i++) {
+      const h = names.prefix_hits![i]!;
+      const q = names.prefix_queries![i]!;
+      const hits = sum(metrics, h);
+      const queries = sum(metrics, q);
+      if (hits !== undefined && queries !== undefined) return { hits, queries, names: [h, q] };
+    }
+    return undefined;
+  },
+  // vllm/v1/metrics/loggers.py log_metrics_info("cache_config", …): an Info gauge whose
+  // labels are CacheConfig's fields; the KV pool is num_gpu_blocks × block_size tokens per
+  // engine (data-parallel engines report one series each: their pools add up).
+  capacityFromMetrics(metrics) {
+    const samples = metrics.get("vllm:cache_config_info");
+    if (!samples || samples.length === 0) return undefined;
+    let kvTokens = 0;
+    let blockTokens: number | undefined;
+    for (const s of samples) {
+      const blocks = Number(s.labels.num_gpu_blocks);
+      const size = Number(s.labels.block_size);
+      if (!(blocks > 0) || !(size > 0)) return undefined;
+      kvTokens += blocks * size;
+      blockTokens = size;
+    }
+    return { kvTokens, ...(blockTokens ? { blockTokens } : {}), source: "vllm:cache_config_info" };
+  },
+  // prometheus_client's process collector; absent when several API servers share a
+  // multiprocess registry (vllm/entrypoints/openai/api_server.py, PROMETHEUS_MULTIPROC_DIR).
+  startTimeMetric: "process_start_time_seconds",
+  usage: {
+    // vllm/entrypoints/openai/chat_completion/serving.py: prompt_tokens_details is set only
+    // `if self.enable_prompt_tokens_details and num_cached_tokens` — off by default, and
+    // left out when it is 0 in the versions that test the count's truth.
+    cached: "flag",
+    flag: "--enable-prompt-tokens-details",
+    zeroOmitted: true,
+    responsesConstant: false,
+  },
+  // engine/protocol.py StreamOptions: `include_usage: bool | None = True` (once
+  // stream_options is sent); without stream_options no usage chunk is sent at all.
+  stream: { usageUnasked: () => false },
+  // The served model name is checked (serving engine `_check_model`: 404 otherwise).
+  anyModelName: false,
+  // vllm/config/cache.py: block_size 16 by default on CUDA; hybrid (Mamba/attention) models
+  // use far larger blocks, which cache_config_info then publishes.
+  blockTokens: 16,
+  // vllm/entrypoints/openai/api_server.py `show_version`: GET /version → {"version": "…"}.
+  version: { path: "/version", read: (b) => stringField(b, "version") },
+};
+
+export function stringField(body: unknown, key: string): string | undefined {
+  const v = body && typeof body === "object" ? (body as Record<string, unknown>)[key] : undefined;
+  return typeof v === "string" && v !== "" ? v : undefined;
+}
+
+export { firstPresent };
