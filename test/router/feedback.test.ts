@@ -19,7 +19,8 @@ const metric = (text: string, name: string, labels: Record<string, string>) =>
 describe("feedback from cached_tokens", () => {
   it("a prefix the engine evicted is a counted miss, and the index forgets what the engine dropped", async () => {
     const sim = await startSimProc("gpu0");
-    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\n" }]);
+    // Metrics off: the router has only the operator's (wrong) kv_tokens to start from.
+    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\nmetrics = false\n" }]);
     const client = router.client();
     const salt = crypto.randomUUID();
     // Four ~1,500-token documents (the sim's tokenizer: 4 characters a token) through one
@@ -51,6 +52,35 @@ describe("feedback from cached_tokens", () => {
     expect(hit.available_tokens).toBe(hit.captured_tokens);
     expect(hit.captured_tokens).toBeGreaterThan(hit.delivered_tokens);
     expect(hit.delivered_tokens).toBe(status.replicas[0]!.cached_tokens);
+    // The eviction bounds the card: it holds less than three documents, not 100,000 tokens.
+    const kv = status.replicas[0]!.kv;
+    expect(kv.configured).toBe(100_000);
+    expect(kv.evidence.upper_tokens).toBeGreaterThan(3_000);
+    expect(kv.evidence.upper_tokens).toBeLessThan(8_000);
+    expect(status.warnings.join("\n")).toMatch(/gpu0: kv_tokens 100,000 is more than this card holds: the engine evicted prefixes after ~[\d,]+ tokens of others/);
+  });
+
+  it("an engine that publishes its KV is believed over a kv_tokens six times too large: nothing mispredicted, and /status says both figures", async () => {
+    const sim = await startSimProc("gpu0");
+    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 24576\n" }]);
+    const client = router.client();
+    const salt = crypto.randomUUID();
+    const ask = (d: number) =>
+      client.chat.completions.create({
+        model: "sim-model",
+        messages: [
+          { role: "system", content: `${salt} document ${d}: ${"lorem ipsum dolor sit amet ".repeat(220)}` },
+          { role: "user", content: "a question" },
+        ],
+        max_tokens: 2,
+      });
+    for (const d of [0, 1, 2, 3, 0]) await ask(d);
+    const status = (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+    const r = status.replicas[0]!;
+    // the tiny profile's pool: 256 blocks of 16 tokens, from vllm:cache_config_info
+    expect(r.kv).toMatchObject({ configured: 24_576, published: { tokens: 4_096, from: "vllm:cache_config_info" }, believed: 4_096 });
+    expect(r.hit.predictions.miss).toBe(0);
+    expect(status.warnings.join("\n")).toMatch(/gpu0: kv_tokens 24,576 differs from the engine's own 4,096 \(vllm:cache_config_info\)/);
   });
 
   it("an engine with prefix caching off is not believed after eight misses, and /status says why", async () => {

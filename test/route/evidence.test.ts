@@ -1,0 +1,156 @@
+/**
+ * What the router learns from what the engine delivered, beyond hit and miss: a shortfall is
+ * an eviction only when the card could have run out of room; otherwise, on a continuation,
+ * it is the chat template re-rendering earlier turns (the index stays as it is). Evictions
+ * and hits bound the card's KV from both sides, whatever kv_tokens said.
+ */
+import { describe, expect, it } from "bun:test";
+import { chainChars } from "../../src/route/chain.ts";
+import { chat, fleet, router, send } from "./_fixtures.ts";
+
+const words = (chars: number, label: string) => `${label} `.padEnd(chars, "y");
+/** A conversation: a long system prompt, then turns. */
+const conversation = (label: string, turns: number, systemChars = 20_000, turnChars = 400) => {
+  const messages = [{ role: "system", content: words(systemChars, `${label} system`) }];
+  for (let t = 0; t < turns; t++) messages.push({ role: "user", content: words(turnChars, `${label} q${t}`) }, { role: "assistant", content: words(turnChars, `${label} a${t}`) });
+  messages.push({ role: "user", content: words(turnChars, `${label} q${turns}`) });
+  return chat(messages);
+};
+const oneShot = (label: string) => chat([{ role: "user", content: words(20_000, label) }]);
+
+describe("a shortfall where the card had room is not an eviction", () => {
+  it("a continuation that falls short on a card far from full: template, the index untouched", () => {
+    const r = router("hybrid");
+    // a 1M-token card: nothing was evicted
+    const replicas = fleet(2, [{ budgetChars: 4_000_000 }, { budgetChars: 4_000_000 }]);
+    const talk = (label: string, turns: number) => conversation(label, turns, 2_000, 8_000);
+    send(r, talk("a", 2), replicas, 1);
+    const other = send(r, talk("b", 0), replicas, 2)!;
+    const turn = send(r, talk("a", 3), replicas, 3)!;
+    expect(turn.reason).toBe("pin");
+    const predicted = turn.estimate.capturedChars / 4;
+    const entries = r.index.size;
+    // the engine delivered the system prompt and the first question only: Qwen3 dropped the
+    // reasoning of the assistant turns before the new user message
+    expect(r.feedback(turn.replica, turn.estimate, 2_500, 3)).toBe("template");
+    expect(predicted).toBeGreaterThan(2_500 / 0.9);
+    expect(r.index.size).toBe(entries);
+    expect(r.truthOf(turn.replica)).toMatchObject({ templates: 1, misses: 0, corrected: 0 });
+    // the other conversation is still believed held
+    expect(r.index.match(talk("b", 0).chains[0]!, other.replica).depth).toBeGreaterThan(0);
+  });
+
+  it("rounding to a hybrid model's 1,568-token blocks is a hit, not a miss", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ blockTokens: 1_568 }]);
+    send(r, oneShot("doc"), replicas, 1);
+    const again = send(r, oneShot("doc"), replicas, 2)!;
+    const predicted = again.estimate.capturedChars / 4;
+    expect(r.feedback("gpu0", again.estimate, predicted - 1_500, 2)).toBe("hit");
+  });
+
+  it("a one-shot that falls short was evicted (nothing re-renders it): a miss, and the KV believed is too large", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ budgetChars: 4_000_000 }]);
+    send(r, oneShot("doc 1"), replicas, 1);
+    const warm = send(r, oneShot("doc 1"), replicas, 2)!;
+    expect(r.feedback("gpu0", warm.estimate, warm.estimate.capturedChars / 4, 2)).toBe("hit");
+    send(r, oneShot("doc 2"), replicas, 3);
+    send(r, oneShot("doc 3"), replicas, 4);
+    const revisit = send(r, oneShot("doc 1"), replicas, 5)!;
+    expect(r.feedback("gpu0", revisit.estimate, 0, 5)).toBe("miss");
+    // evicted after two other documents of 5,000 tokens: the card holds less than 15,000
+    const c = r.truthOf("gpu0").capacity;
+    expect(c.upperTokens).toBeGreaterThan(14_000);
+    expect(c.upperTokens).toBeLessThan(16_000);
+    expect(r.believedKvTokens("gpu0", 1_000_000, 5, 300_000)).toBe(c.upperTokens!);
+  });
+
+  it("a continuation that falls short after others filled most of the card is an eviction", () => {
+    const r = router("hybrid");
+    // ~20,000 tokens of KV; three conversations of ~5,200 tokens each fit, but two of them
+    // since the first one's last use fill more than half of it
+    const replicas = fleet(1, [{ budgetChars: 80_000 }]);
+    send(r, oneShot("older"), replicas, 1);
+    send(r, conversation("a", 0), replicas, 2);
+    send(r, conversation("b", 0), replicas, 3);
+    send(r, conversation("c", 0), replicas, 4);
+    const back = send(r, conversation("a", 1), replicas, 5)!;
+    expect(back.reason).toBe("pin");
+    expect(r.feedback("gpu0", back.estimate, 0, 5)).toBe("miss");
+    // an LRU engine evicted what was used before it too
+    expect(r.index.match(oneShot("older").chains[0]!, "gpu0").depth).toBe(0);
+    expect(r.truthOf("gpu0").corrected).toBeGreaterThan(0);
+  });
+});
+
+describe("an engine with one prompt per slot (llama.cpp)", () => {
+  const slotted = () => fleet(1, [{ slots: 2 }]);
+
+  it("with fewer other conversations since than slots, a shortfall is not an eviction", () => {
+    const r = router("hybrid");
+    const replicas = slotted();
+    send(r, conversation("a", 0), replicas, 1);
+    send(r, conversation("b", 0), replicas, 2);
+    const turn = send(r, conversation("a", 1), replicas, 3)!;
+    expect(r.feedback("gpu0", turn.estimate, 100, 3)).toBe("template");
+  });
+
+  it("with as many other conversations since as slots, the slot was taken: an eviction", () => {
+    const r = router("hybrid");
+    const replicas = slotted();
+    send(r, conversation("a", 0), replicas, 1);
+    const hit = send(r, conversation("a", 1), replicas, 2)!;
+    expect(r.feedback("gpu0", hit.estimate, hit.estimate.capturedChars / 4, 2)).toBe("hit");
+    send(r, conversation("b", 0), replicas, 3);
+    send(r, conversation("c", 0), replicas, 4);
+    const turn = send(r, conversation("a", 2), replicas, 5)!;
+    expect(r.feedback("gpu0", turn.estimate, 100, 5)).toBe("miss");
+  });
+
+  it("a prefix a running request holds is not settled: another slot has its own KV", () => {
+    const r = router("hybrid");
+    let running = 0;
+    const replicas = fleet(1, [{ slots: 2, busyWith: (at) => at === running }]);
+    running = 1;
+    send(r, oneShot("shared"), replicas, 1);
+    const burst = r.route(oneShot("shared"), replicas, 2)!;
+    expect(burst.estimate.settled).toBe(false);
+    running = 0;
+    expect(r.route(oneShot("shared"), replicas, 3)!.estimate.settled).toBe(true);
+  });
+});
+
+describe("the KV believed: a starting figure bounded by the evidence", () => {
+  it("an eviction bounds it from above, a hit from below, and an old upper bound relaxes", () => {
+    const r = router("hybrid");
+    const c = r.truthOf("gpu0").capacity;
+    expect(r.believedKvTokens("gpu0", 100_000, 0, 1_000)).toBe(100_000);
+    expect(r.believedKvTokens("gpu0", undefined, 0, 1_000)).toBeUndefined();
+    c.upperTokens = 20_000;
+    c.upperAt = 0;
+    expect(r.believedKvTokens("gpu0", 100_000, 0, 1_000)).toBe(20_000);
+    expect(r.believedKvTokens("gpu0", undefined, 0, 1_000)).toBe(20_000);
+    // three windows without a new eviction: 30 % more
+    expect(r.believedKvTokens("gpu0", 100_000, 3_000, 1_000)).toBeCloseTo(26_000);
+    c.lowerTokens = 50_000;
+    expect(r.believedKvTokens("gpu0", 10_000, 0, 1_000)).toBe(50_000);
+  });
+
+  it("the engine's counters over a window judge an engine whose responses say nothing", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ budgetChars: 40_000 }]);
+    send(r, oneShot("doc"), replicas, 1);
+    const again = send(r, oneShot("doc"), replicas, 2)!;
+    const predicted = again.estimate.capturedChars / 4;
+    expect(r.feedback("gpu0", again.estimate, undefined, 2)).toBeUndefined();
+    expect(r.truthOf("gpu0").windowPredictedTokens).toBeCloseTo(predicted);
+    expect(r.windowFeedback("gpu0", predicted, 9_000, 10_000, 3)).toBe("hit");
+    expect(r.truthOf("gpu0").windowPredictedTokens).toBe(0);
+    const third = send(r, oneShot("doc"), replicas, 4)!;
+    r.feedback("gpu0", third.estimate, undefined, 4);
+    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 5)).toBe("miss");
+    expect(r.truthOf("gpu0").capacity.upperTokens).toBe(9_000);
+    expect(chainChars(oneShot("doc").chains[0]!)).toBeGreaterThan(0);
+  });
+});
