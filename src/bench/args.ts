@@ -52,7 +52,10 @@ export interface BenchOptions {
  * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
  * with three families on two cards some card carries two, whatever the placement.
  */
-export const DEFAULTS = {
+/** The workloads' sizes (what --small replaces). */
+export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "agent" | "burst" | "mixed" | "shared" | "pressured" | "llmd" | "capacity">;
+
+export const DEFAULTS: Sizes = {
   sim: 2,
   // The sim's advice: ~0.1 for 90k-token work, so the few real ms each request costs
   // (HTTP, parsing, timers) stay small once divided by the scale.
@@ -100,10 +103,34 @@ export const DEFAULTS = {
     seed: 1,
   },
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
-} as const;
+};
+
+/**
+ * `--small`: sizes for real replicas on a small machine — two llama-servers on 2 CPU cores
+ * prefill about 1,100–1,500 tokens/s each (measured here), so the 90k-token agent of the
+ * defaults would take minutes a turn. Same shapes, a tenth of the tokens or less: the agent
+ * grows to ~6k tokens over 6 turns, documents are 2k tokens, a burst is 4 requests. Explicit
+ * flags still override each figure.
+ */
+export const SMALL: Sizes = {
+  ...DEFAULTS,
+  agent: { contextTokens: 6_000, turns: 6, turnTokens: 800, replyTokens: 16, systemTokens: 1_000 },
+  burst: { size: 4, systemTokens: 500, taskTokens: 700, replyTokens: 16, count: 2 },
+  mixed: {
+    agents: 2,
+    agent: { contextTokens: 4_000, turns: 4, turnTokens: 800, replyTokens: 16, systemTokens: 800 },
+    burst: { size: 4, systemTokens: 400, taskTokens: 500, replyTokens: 16 },
+    gapS: 5,
+  },
+  shared: { docs: 6, docTokens: 2_000, tailTokens: 100, requests: 24, rate: 0.5, replyTokens: 8, seed: 1 },
+  pressured: { docs: 8, docTokens: 2_000, tailTokens: 100, requests: 32, rate: 0.5, replyTokens: 8, seed: 1 },
+  llmd: { groups: 4, promptsPerGroup: 3, systemTokens: 1_500, questionTokens: 300, replyTokens: 16, warmupRate: 0.5, rates: [0.5, 1], rungRequests: 8, seed: 1 },
+  capacity: { families: [12_000, 10_000, 8_000], turns: 3, turnTokens: 500, replyTokens: 16, systemTokens: 500 },
+};
 
 export const benchArgs = {
   sim: { type: "string", description: `Start N simulated 3090-class replicas (default ${DEFAULTS.sim})` },
+  small: { type: "boolean", description: "Sizes for real replicas on a small machine (a tenth of the tokens: agent to 6k, 2k documents, bursts of 4); flags still override" },
   "time-scale": { type: "string", description: `Sim speed: real time = model time × F (default ${DEFAULTS.timeScale})` },
   config: { type: "string", description: "Bench the replicas of this router.toml instead of sims (no oracle)" },
   routers: { type: "string", description: "Router instances per arm sharing state through Redis, requests spread round-robin (default 1)" },
@@ -153,6 +180,7 @@ export type RawArgs = Partial<Record<keyof typeof benchArgs, string | boolean | 
 
 export function parseBenchArgs(raw: RawArgs): BenchOptions {
   const problems: string[] = [];
+  const DEFAULTS = raw.small === true ? SMALL : DEFAULT_SIZES;
   const str = (key: keyof typeof benchArgs) => {
     const v = raw[key];
     return typeof v === "string" && v !== "" ? v : undefined;
@@ -287,3 +315,5 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   if (problems.length > 0) throw new LlmrouteError("usage", `bench: ${problems.join("; ")}`);
   return options;
 }
+
+const DEFAULT_SIZES = DEFAULTS;

@@ -441,7 +441,7 @@ export function describeRun(result: BenchResult, runs: number): { title: string;
   const where =
     t.kind === "sim"
       ? `${t.replicas.length} simulated 3090-class replicas (${int(t.replicas[0]?.kvTokens ?? 0)} KV tokens each), time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`
-      : `${t.replicas.length} replicas from ${result.options.config}, model ${t.model}`;
+      : `${t.replicas.length} replicas from ${result.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
   const title = `${runs > 1 ? `${runs} runs ${result.run.split("+").join(", ")}` : `run ${result.run}`}, ${result.elapsedS.toFixed(0)} s real`;
   return { title, where };
 }

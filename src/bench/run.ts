@@ -81,7 +81,7 @@ export interface WorkloadResult {
 
 export interface BenchResult {
   run: string;
-  target: { kind: Target["kind"]; replicas: { name: string; kvTokens: number }[]; timeScale: number; model: string };
+  target: { kind: Target["kind"]; replicas: { name: string; kvTokens: number }[]; timeScale: number; model: string; engine?: string };
   options: BenchOptions;
   startedAt: string;
   /** Real seconds the whole bench took. */
@@ -124,7 +124,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
     for (const name of arms) {
       const arm = await runArm(target, options, run, workload, name, progress);
       result.arms.push(arm);
-      progress.line(armLine(workload, arm, target.replicas.map((r) => r.name)));
+      progress.line(armLine(workload, arm, target.replicas.map((r) => r.name), target.kind === "sim"));
     }
     workloads.push(result);
   }
@@ -135,6 +135,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
       replicas: target.replicas.map((r) => ({ name: r.name, kvTokens: r.kvTokens })),
       timeScale: target.timeScale,
       model: target.model,
+      ...(target.engine ? { engine: target.engine } : {}),
     },
     options,
     startedAt,
@@ -351,11 +352,12 @@ export async function driveBurst(ctx: DriveContext, spec: BurstSpec, salt: strin
 }
 
 /** One line per finished arm: its key figure with the sample size, and what the arm took. */
-export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[]): string {
+export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[], modelTime = true): string {
   const s = summarizeArm(workload, arm, replicas);
   const key = keyFigure(workload, s);
   const figure = key ? `${key.what} ${fmt(key.value, key.unit)} (n=${key.n})` : "no samples";
-  return `${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)} model`;
+  // On real replicas no time scale applies: their seconds are seconds.
+  return `${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)}${modelTime ? " model" : ""}`;
 }
 
 function fmtS(ms: number): string {

@@ -5,7 +5,9 @@
  * choosing a replica: an in-process llmroute router running one policy, or the bench-only
  * oracle, which asks every sim how much of the prompt it holds right now.
  */
-import { parseConfig, type Config } from "../config.ts";
+import { DEFAULT_METRICS_PATH, parseConfig, type Config } from "../config.ts";
+import { discoverEngine } from "../engines/discover.ts";
+import { profileOf } from "../engines/index.ts";
 import type { PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
 import { memoryLog } from "../log.ts";
@@ -39,6 +41,8 @@ export interface Target {
   /** Real time = model time × timeScale (1 for real replicas). */
   timeScale: number;
   model: string;
+  /** What engine (and version) the replicas run, as discovered: the report names it. */
+  engine?: string;
   /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
@@ -282,11 +286,13 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
 export async function configTarget(config: Config, model: string | undefined, fleet?: RouterFleetOptions): Promise<Target> {
   const replicas = config.replicas.map((r) => ({ name: r.name, url: r.url, kvTokens: r.kv_tokens }));
   const resolved = model ?? config.replicas.find((r) => r.models.length > 0)?.models[0] ?? (await discoverModel(config));
+  const engine = await describeEngines(config);
   return {
     kind: "config",
     replicas,
     timeScale: 1,
     model: resolved,
+    ...(engine ? { engine } : {}),
     reset: async () => {},
     simTotals: async () => undefined,
     async startArm(name) {
@@ -299,6 +305,19 @@ export async function configTarget(config: Config, model: string | undefined, fl
     },
     stop: async () => {},
   };
+}
+
+/** "llama.cpp b1-80fb11a", or per replica when they differ; undefined when none says. */
+async function describeEngines(config: Config): Promise<string | undefined> {
+  const found = await Promise.all(
+    config.replicas.map(async (r) => {
+      const d = await discoverEngine({ url: r.url, headers: r.api_key ? { authorization: `Bearer ${r.api_key}` } : {}, metricsPath: r.metrics ?? DEFAULT_METRICS_PATH }, fetch, 5_000);
+      return d.facts.family ? `${profileOf(d.facts.family).label}${d.facts.version ? ` ${d.facts.version}` : ""}` : "engine not recognised";
+    }),
+  );
+  const distinct = [...new Set(found)];
+  if (distinct.length === 1) return distinct[0];
+  return config.replicas.map((r, i) => `${r.name}: ${found[i]}`).join(", ");
 }
 
 async function discoverModel(config: Config): Promise<string> {
