@@ -112,6 +112,8 @@ export interface ReplicaTruth {
   windowPredictedTokens: number;
   /** The engine has delivered a real hit at least once. */
   reported: boolean;
+  /** Misses no eviction explains (the card had room): what an engine whose cache is off shows. */
+  unexplained: number;
   /** The engine never delivered a predicted hit: its reports are not acted on (its cache may be off). */
   distrusted: boolean;
 }
@@ -320,7 +322,10 @@ export class Router {
     }
     // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
     truth.misses++;
-    if (!truth.reported && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
+    // A cache that is off looks like misses where nothing could have been evicted; misses on a
+    // thrashing card (more conversations than slots, a full KV) say nothing about that.
+    if (!pressure) truth.unexplained++;
+    if (!truth.reported && truth.unexplained >= DISTRUST_AFTER) truth.distrusted = true;
     if (!truth.distrusted) {
       // What survived plus everything used since fit; the whole prefix did not. (An engine
       // that never delivered a hit says nothing about its KV.)
@@ -346,7 +351,9 @@ export class Router {
     if (slots !== undefined && since.tips < slots) return false;
     const need = sinceTokens + predicted;
     if (Number.isFinite(budgetTokens)) return need >= PRESSURE * budgetTokens;
-    return !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need);
+    // Unknown KV: an LRU cache evicts a prefix only for what came after it (and not what a hit
+    // has already shown it holds).
+    return sinceTokens > 0 && !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need);
   }
 
   private proveAtLeast(truth: ReplicaTruth, tokens: number): void {
@@ -389,8 +396,10 @@ export class Router {
       return "hit";
     }
     truth.misses++;
-    if (!truth.reported && truth.misses >= DISTRUST_AFTER) truth.distrusted = true;
-    if (!truth.distrusted && (!Number.isFinite(budgetTokens) || heldTokens >= PRESSURE * budgetTokens)) this.proveBelow(truth, heldTokens, now);
+    const pressure = !Number.isFinite(budgetTokens) || heldTokens >= PRESSURE * budgetTokens;
+    if (!pressure) truth.unexplained++;
+    if (!truth.reported && truth.unexplained >= DISTRUST_AFTER) truth.distrusted = true;
+    if (!truth.distrusted && pressure && truth.reported) this.proveBelow(truth, heldTokens, now);
     return "miss";
   }
 
@@ -411,7 +420,20 @@ export class Router {
   truthOf(replica: string): ReplicaTruth {
     let t = this.truths.get(replica);
     if (!t) {
-      t = { predictedTokens: 0, deliveredTokens: 0, hits: 0, misses: 0, templates: 0, unexpectedHits: 0, corrected: 0, reported: false, distrusted: false, capacity: {}, windowPredictedTokens: 0 };
+      t = {
+        predictedTokens: 0,
+        deliveredTokens: 0,
+        hits: 0,
+        misses: 0,
+        templates: 0,
+        unexpectedHits: 0,
+        corrected: 0,
+        reported: false,
+        unexplained: 0,
+        distrusted: false,
+        capacity: {},
+        windowPredictedTokens: 0,
+      };
       this.truths.set(replica, t);
     }
     return t;

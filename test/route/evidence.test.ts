@@ -108,6 +108,22 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
     expect(r.feedback("gpu0", turn.estimate, 100, 5)).toBe("miss");
   });
 
+  it("four conversations taking turns on two slots miss every turn: a thrashing card, not a cache that is off", () => {
+    const r = router("hybrid");
+    const replicas = slotted();
+    const labels = ["a", "b", "c", "d"];
+    let t = 1;
+    for (const l of labels) send(r, conversation(l, 0), replicas, t++);
+    for (let turn = 1; turn <= 4; turn++) {
+      for (const l of labels) {
+        const at = t++;
+        const sent = send(r, conversation(l, turn), replicas, at)!;
+        expect(r.feedback("gpu0", sent.estimate, 0, at)).toBe("miss");
+      }
+    }
+    expect(r.truthOf("gpu0")).toMatchObject({ misses: 16, unexplained: 0, distrusted: false });
+  });
+
   it("a prefix a running request holds is not settled: another slot has its own KV", () => {
     const r = router("hybrid");
     let running = 0;

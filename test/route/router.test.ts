@@ -91,7 +91,7 @@ describe("feedback: the engine's cached_tokens correct the index", () => {
       send(r, long(`older ${i}`), replicas, i * 3); // what a believed miss drops
       send(r, long("doc"), replicas, i * 3 + 1);
       const again = send(r, long("doc"), replicas, i * 3 + 2)!;
-      return r.feedback("gpu0", again.estimate, 0);
+      return r.feedback("gpu0", again.estimate, 0, i * 3 + 2);
     };
     for (let i = 0; i < 8; i++) expect(miss(i)).toBe("miss");
     expect(r.truthOf("gpu0")).toMatchObject({ hits: 0, misses: 8, distrusted: true });
