@@ -13,14 +13,15 @@
 import type { PrefixChain } from "../route/chain.ts";
 
 export type ClusterEvent =
-  | { kind: "commit"; at: number; replica: string; continued: boolean; session?: string; chains: readonly PrefixChain[] }
+  /** `session`: the session key's 64-bit identity, never the client's own (unbounded) string. */
+  | { kind: "commit"; at: number; replica: string; continued: boolean; session?: bigint; chains: readonly PrefixChain[] }
   | { kind: "forget"; at: number; replica: string }
   | { kind: "forget-used-by"; at: number; replica: string; usedBy: number }
   | { kind: "response"; at: number; replica: string; id: string }
   /** A commit (made at `at`) the replica never computed: per chain, how many deepest links it created. */
   | { kind: "retract"; at: number; replica: string; chains: readonly PrefixChain[]; created: readonly number[] };
 
-const FORMAT = 1;
+const FORMAT = 2;
 const KIND = { commit: 1, forget: 2, "forget-used-by": 3, response: 4, retract: 5 } as const;
 const CONTINUED = 1;
 const HAS_SESSION = 2;
@@ -45,7 +46,7 @@ export class BatchWriter {
     switch (event.kind) {
       case "commit": {
         this.u8((event.continued ? CONTINUED : 0) | (event.session !== undefined ? HAS_SESSION : 0));
-        if (event.session !== undefined) this.str(event.session);
+        if (event.session !== undefined) this.u64(event.session);
         this.u16(event.chains.length);
         for (const chain of event.chains) {
           this.u32(chain.length);
@@ -109,6 +110,11 @@ export class BatchWriter {
     this.view.setUint32(this.at, v, true);
     this.at += 4;
   }
+  private u64(v: bigint): void {
+    this.room(8);
+    this.view.setBigUint64(this.at, v, true);
+    this.at += 8;
+  }
   private f64(v: number): void {
     this.room(8);
     this.view.setFloat64(this.at, v, true);
@@ -139,6 +145,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
   const u8 = () => (need(1), bytes[at++]!);
   const u16 = () => (need(2), (at += 2), view.getUint16(at - 2, true));
   const u32 = () => (need(4), (at += 4), view.getUint32(at - 4, true));
+  const u64 = () => (need(8), (at += 8), view.getBigUint64(at - 8, true));
   const f64 = () => {
     need(8);
     at += 8;
@@ -174,7 +181,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
     switch (kind) {
       case KIND.commit: {
         const flags = u8();
-        const session = flags & HAS_SESSION ? str() : undefined;
+        const session = flags & HAS_SESSION ? u64() : undefined;
         const count = u16();
         const chains: PrefixChain[] = [];
         for (let c = 0; c < count; c++) {

@@ -19,7 +19,7 @@ export interface RouterOptions {
   cacheAware: CacheAwareOptions;
   /** Responses API ids remembered (LRU). */
   maxResponses?: number;
-  /** Session keys remembered (LRU). */
+  /** Session keys remembered (LRU; each costs a fixed size, whatever the client sent). */
   maxSessions?: number;
   random?: () => number;
 }
@@ -29,7 +29,8 @@ export interface RouterOptions {
  * other router instances. Called after the local state changed, never awaited.
  */
 export interface RouterSink {
-  commit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void;
+  /** `session`: the session key's 64-bit identity (see Router.sessionKey). */
+  commit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: bigint): void;
   /** The replica's cache is gone (it restarted): forget everything it held. */
   forget(replica: string): void;
   /** The engine evicted what the replica last used at or before `usedBy`. */
@@ -102,7 +103,8 @@ export class Router {
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;
   private readonly responses = new Map<string, string>();
-  private readonly sessions = new Map<string, string>();
+  /** Session identity (a 64-bit hash of the client's key) → the replica it last ran on. */
+  private readonly sessions = new Map<bigint, string>();
   private readonly truths = new Map<string, ReplicaTruth>();
   private readonly maxResponses: number;
   private readonly maxSessions: number;
@@ -166,7 +168,7 @@ export class Router {
       matches: () => matches,
       totalChars,
       continuation: input.shape.continuation || this.extendsServedPrompt(input, matches),
-      ...(input.shape.session ? { sessionReplica: this.sessions.get(sessionKey(input)) } : {}),
+      ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
     const decision = this.policy.choose(input, replicas, ctx);
@@ -179,8 +181,9 @@ export class Router {
   commit(input: RouteInput, decision: Decision, now: number): Retract {
     if (decision.usedCounter) this.counter++;
     const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation));
-    if (input.shape.session) remember(this.sessions, sessionKey(input), decision.replica, this.maxSessions);
-    this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, input.shape.session ? sessionKey(input) : undefined);
+    const session = input.shape.session ? this.sessionKey(input) : undefined;
+    if (session !== undefined) remember(this.sessions, session, decision.replica, this.maxSessions);
+    this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, session);
     // A replica that never computed the prompt (refused, or answered an error) does not hold
     // it: left in the index, the next request there would be a "miss" that drops what the
     // replica really holds.
@@ -196,9 +199,9 @@ export class Router {
   }
 
   /** Another router instance committed a decision: the same record, not shared again. */
-  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void {
+  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: bigint): void {
     for (const chain of chains) this.index.record(chain, replica, now, continued);
-    if (session) remember(this.sessions, session, replica, this.maxSessions);
+    if (session !== undefined) remember(this.sessions, session, replica, this.maxSessions);
   }
 
   /**
@@ -324,6 +327,16 @@ export class Router {
     return false;
   }
 
+  /**
+   * A session's identity: xxhash64 of tenant, model and the client's key. A client chooses
+   * the key (a header, `prompt_cache_key`, `metadata.user_id`) and may make it megabytes
+   * long: kept as it came, 100k remembered sessions could hold gigabytes, and a peer would
+   * receive each one whole. Eight bytes, whatever was sent.
+   */
+  private sessionKey(input: RouteInput): bigint {
+    return this.hasher.hash(`${input.shape.tenant}\u001f${input.shape.model ?? ""}\u001f${input.shape.session}`, SESSION_SEED);
+  }
+
   private spill(decision: Decision, replicas: readonly ReplicaView[]): Decision {
     if (this.maxInflight <= 0) return decision;
     const chosen = replicas.find((r) => r.name === decision.replica);
@@ -338,11 +351,10 @@ export class Router {
   }
 }
 
-function sessionKey(input: RouteInput): string {
-  return `${input.shape.tenant}\u001f${input.shape.model ?? ""}\u001f${input.shape.session}`;
-}
+/** Seeds the session hash apart from prefix identities (which start from tenant‖model). */
+const SESSION_SEED = 0x5e5510a0n;
 
-function remember(map: Map<string, string>, key: string, value: string, max: number): void {
+function remember<K>(map: Map<K, string>, key: K, value: string, max: number): void {
   map.delete(key);
   map.set(key, value);
   if (map.size > max) {

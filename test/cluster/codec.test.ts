@@ -26,7 +26,7 @@ const name = fc.string({ minLength: 1, maxLength: 40, unit: "grapheme" });
 const at = fc.double({ min: 0, max: 4e12, noNaN: true });
 const eventArb: fc.Arbitrary<ClusterEvent> = fc.oneof(
   fc.record({ kind: fc.constant("commit" as const), at, replica: name, continued: fc.boolean(), chains: fc.array(chainArb, { maxLength: 3 }) }),
-  fc.record({ kind: fc.constant("commit" as const), at, replica: name, continued: fc.boolean(), session: name, chains: fc.array(chainArb, { maxLength: 2 }) }),
+  fc.record({ kind: fc.constant("commit" as const), at, replica: name, continued: fc.boolean(), session: fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), chains: fc.array(chainArb, { maxLength: 2 }) }),
   fc.record({ kind: fc.constant("forget" as const), at, replica: name }),
   fc.record({ kind: fc.constant("forget-used-by" as const), at, replica: name, usedBy: at }),
   fc.record({ kind: fc.constant("response" as const), at, replica: name, id: name }),
@@ -75,7 +75,7 @@ describe("event batches", () => {
 
   it.each([
     ["another format", () => Uint8Array.of(9, 2), /format 9/],
-    ["an unknown kind", () => Uint8Array.of(1, 77, ...new Uint8Array(8), 0, 0), /unknown event kind 77/],
+    ["an unknown kind", () => Uint8Array.of(2, 77, ...new Uint8Array(8), 0, 0), /unknown event kind 77/],
     ["a truncated commit", () => batchOf({ kind: "commit", at: 1, replica: "g", continued: false, chains: [chainOf(3)] }).slice(0, -5), /truncated/],
     ["a non-finite time", () => { const b = batchOf({ kind: "forget", at: 1, replica: "g" }); new DataView(b.buffer).setFloat64(2, NaN, true); return b; }, /non-finite/],
     ["invalid UTF-8 in a name", () => { const b = batchOf({ kind: "forget", at: 1, replica: "gg" }); b[12] = 0xff; return b; }, /UTF-8/],

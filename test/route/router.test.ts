@@ -135,3 +135,22 @@ describe("identity gaps the index closes", () => {
     expect(batch.estimate.totalChars).toBe(a.length + b.length);
   });
 });
+
+describe("what a client's values cost", () => {
+  it("a session key is remembered at a fixed size: 40 requests with 1 MB keys leave almost nothing behind, and the keys still work", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const heap = () => {
+      Bun.gc(true);
+      return process.memoryUsage().heapUsed;
+    };
+    const key = (i: number) => `${i}:`.padEnd(1_000_000, "k");
+    const before = heap();
+    const placed: string[] = [];
+    for (let i = 0; i < 40; i++) placed.push(send(r, chat([{ role: "user", content: words(800, `first ${i}`) }], {}, { session: key(i) }), replicas, i)!.replica);
+    // 40 MB of keys went through; what stays is a few bytes per session
+    expect(heap() - before).toBeLessThan(4_000_000);
+    const again = send(r, chat([{ role: "user", content: words(800, "a rewritten history") }], {}, { session: key(7) }), replicas, 50)!;
+    expect(choice(again)).toEqual({ replica: placed[7]!, reason: "session" });
+  });
+});
