@@ -23,7 +23,7 @@ import type { Fleet, Replica } from "../fleet/fleet.ts";
 import type { Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
-import { BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
+import { BATCH_FORMAT, BatchFormatError, BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
 import { mergeLoad, PeerTable } from "./load.ts";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
 
@@ -104,7 +104,12 @@ export interface ClusterStatus {
   lag_ms: number;
   applied_id: string;
   backlog_events: number;
-  events: { sent: number; applied: number; dropped: number; malformed: number };
+  /**
+   * sent, applied: events; dropped: events lost while Redis was away; malformed: entries;
+   * other_version: entries in another batch format (an instance of another llmroute version);
+   * unencodable: events this instance could not encode (left unshared).
+   */
+  events: { sent: number; applied: number; dropped: number; malformed: number; other_version: number; unencodable: number };
   disconnects: number;
   snapshot: { at: string; by: string; bytes: number } | null;
   catch_up: { ms: number; restored_entries: number; replayed_events: number; complete: boolean } | null;
@@ -153,9 +158,12 @@ export class Cluster {
   private readonly snapshotMs: number;
   private readonly now: () => number;
   private readonly warnedNames = new Set<string>();
+  /** Instances (by incarnation) that write another batch format, while they report. */
+  private readonly otherVersions = new Map<string, { name: string; format: number; seenAt: number }>();
+  private firstEncodeError?: string;
 
   lagMs = 0;
-  readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, disconnects: 0 };
+  readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, other_version: 0, unencodable: 0, disconnects: 0 };
   snapshotInfo: { at: number; by: string; bytes: number } | null = null;
   catchUp: { ms: number; restoredEntries: number; replayedEvents: number; complete: boolean } | null = null;
   private caughtUp?: () => void;
@@ -337,6 +345,14 @@ export class Cluster {
     }
     if (this.counts.dropped > 0) warnings.push(`${plural(this.counts.dropped, "event")} dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
     for (const name of this.warnedNames) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
+    for (const o of this.otherVersions.values()) {
+      warnings.push(
+        `instance ${o.name} runs another llmroute version (events in format ${o.format}, this one's in ${BATCH_FORMAT}): neither reads the other's routing knowledge; run one version on every instance`,
+      );
+    }
+    if (this.counts.unencodable > 0) {
+      warnings.push(`${plural(this.counts.unencodable, "event")} could not be encoded and ${this.counts.unencodable === 1 ? "was" : "were"} not shared (the first: ${this.firstEncodeError})`);
+    }
     return {
       name: this.settings.name,
       redis: this.where,
@@ -348,7 +364,14 @@ export class Cluster {
       lag_ms: self.lag_ms,
       applied_id: this.lastId,
       backlog_events: this.backlogEvents(),
-      events: { sent: this.counts.sent, applied: this.counts.applied, dropped: this.counts.dropped, malformed: this.counts.malformed },
+      events: {
+        sent: this.counts.sent,
+        applied: this.counts.applied,
+        dropped: this.counts.dropped,
+        malformed: this.counts.malformed,
+        other_version: this.counts.other_version,
+        unencodable: this.counts.unencodable,
+      },
       disconnects: this.counts.disconnects,
       snapshot: this.snapshotInfo ? { at: new Date(this.snapshotInfo.at).toISOString(), by: this.snapshotInfo.by, bytes: this.snapshotInfo.bytes } : null,
       catch_up: this.catchUp
@@ -550,6 +573,11 @@ export class Cluster {
     try {
       batch = decodeBatch(Buffer.from(payload, "base64"));
     } catch (error) {
+      if (error instanceof BatchFormatError) {
+        this.counts.other_version++;
+        this.noteOtherVersion(from, error.format);
+        return 0;
+      }
       this.counts.malformed++;
       if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error: describe(error) });
       return 0;
@@ -594,8 +622,20 @@ export class Cluster {
    */
   private emit(event: ClusterEvent): void {
     if (this.stopped) return;
-    if (this.writer.empty) this.batchSince = event.at;
-    this.writer.add(event);
+    const first = this.writer.empty;
+    try {
+      this.writer.add(event);
+    } catch (error) {
+      // Sharing must never fail the request it learned from (this runs inside Router.commit):
+      // the event is left out whole (the writer took it back), counted, and the first logged.
+      this.counts.unencodable++;
+      if (this.counts.unencodable === 1) {
+        this.firstEncodeError = describe(error);
+        this.deps.log.warn("cluster: an event could not be encoded; it is not shared (counted in /status)", { kind: event.kind, replica: event.replica, error: this.firstEncodeError });
+      }
+      return;
+    }
+    if (first) this.batchSince = event.at;
     if (event.kind === "response") {
       if (this.flushTimer) clearTimeout(this.flushTimer);
       this.flushTimer = undefined;
@@ -663,7 +703,7 @@ export class Cluster {
     for (const x of this.deps.fleet.replicas) {
       r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0, measured(x) ? Math.round(x.prefill.rate) : 0];
     }
-    return { v: 1, i: this.incarnation, n: this.settings.name, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
+    return { v: 1, i: this.incarnation, n: this.settings.name, f: BATCH_FORMAT, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
   }
 
   private publishLoad(): void {
@@ -690,13 +730,35 @@ export class Cluster {
     }
     const known = this.peers.list(now).some((p) => p.incarnation === m.i);
     this.peers.update(m, now);
+    // Instances before batch format 2 sent no format: they write (and read) format 1.
+    if (!m.bye && (m.f ?? 1) !== BATCH_FORMAT) this.noteOtherVersion(m.i, m.f ?? 1, m.n);
+    if (m.bye) this.otherVersions.delete(m.i);
     if (!known && !m.bye) this.deps.log.info("cluster: instance seen", { instance: m.n });
     if (m.bye) this.deps.log.info("cluster: instance left", { instance: m.n });
+  }
+
+  /**
+   * Another instance writes a batch format this one cannot read (nor it this one's): a
+   * rolling upgrade, or a forgotten instance. Said once per instance in the log, and in
+   * /status while it keeps reporting.
+   */
+  private noteOtherVersion(incarnation: string, format: number, name?: string): void {
+    const now = this.now();
+    const known = this.otherVersions.get(incarnation);
+    const label = name ?? known?.name ?? this.peers.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`;
+    this.otherVersions.set(incarnation, { name: label, format, seenAt: now });
+    if (known) return;
+    this.deps.log.warn("cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance", {
+      instance: label,
+      its_format: format,
+      this_format: BATCH_FORMAT,
+    });
   }
 
   private heartbeat(): void {
     const now = this.now();
     for (const name of this.peers.expire(now)) this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
+    for (const [incarnation, o] of this.otherVersions) if (now - o.seenAt > this.heartbeatMs * PEER_TTL_BEATS) this.otherVersions.delete(incarnation);
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return;
     // Our own heartbeats come back on the subscription; when they stop, it is dead. A write

@@ -21,12 +21,21 @@ export type ClusterEvent =
   /** A commit (made at `at`) the replica never computed: per chain, how many deepest links it created. */
   | { kind: "retract"; at: number; replica: string; chains: readonly PrefixChain[]; created: readonly number[] };
 
-const FORMAT = 2;
+/**
+ * The batch format. Instances on different formats cannot read each other's events (a
+ * rolling upgrade): the reader says so (BatchFormatError) instead of counting them malformed.
+ * 2: session keys as 64-bit hashes; 32-bit counts and lengths.
+ */
+export const BATCH_FORMAT = 2;
 const KIND = { commit: 1, forget: 2, "forget-used-by": 3, response: 4, retract: 5 } as const;
 const CONTINUED = 1;
 const HAS_SESSION = 2;
 
-/** Appends events to one growing batch; `take` returns the bytes and starts the next batch. */
+/**
+ * Appends events to one growing batch; `take` returns the bytes and starts the next batch.
+ * Counts and lengths are 32-bit (a completions batch may carry 65,536 prompts); an event that
+ * fails part-way is taken back whole, so the batch holds only whole events.
+ */
 export class BatchWriter {
   private bytes = new Uint8Array(4096);
   private view = new DataView(this.bytes.buffer);
@@ -38,8 +47,20 @@ export class BatchWriter {
     return this.events === 0;
   }
 
+  /** Throws (with the batch as it was) if the event cannot be encoded. */
   add(event: ClusterEvent): void {
-    if (this.at === 0) this.u8(FORMAT);
+    const start = this.at;
+    try {
+      this.write(event);
+    } catch (error) {
+      this.at = start;
+      throw error;
+    }
+    this.events++;
+  }
+
+  private write(event: ClusterEvent): void {
+    if (this.at === 0) this.u8(BATCH_FORMAT);
     this.u8(KIND[event.kind]);
     this.f64(event.at);
     this.str(event.replica);
@@ -47,7 +68,7 @@ export class BatchWriter {
       case "commit": {
         this.u8((event.continued ? CONTINUED : 0) | (event.session !== undefined ? HAS_SESSION : 0));
         if (event.session !== undefined) this.u64(event.session);
-        this.u16(event.chains.length);
+        this.u32(event.chains.length);
         for (const chain of event.chains) {
           this.u32(chain.length);
           this.words(chain.lo, chain.length);
@@ -63,7 +84,7 @@ export class BatchWriter {
         this.str(event.id);
         break;
       case "retract": {
-        this.u16(event.chains.length);
+        this.u32(event.chains.length);
         event.chains.forEach((chain, c) => {
           // Only the created links are needed: the deepest `created` of the chain.
           const created = Math.min(event.created[c] ?? 0, chain.length);
@@ -76,7 +97,6 @@ export class BatchWriter {
       case "forget":
         break;
     }
-    this.events++;
   }
 
   take(): Uint8Array {
@@ -99,13 +119,8 @@ export class BatchWriter {
     this.room(1);
     this.bytes[this.at++] = v;
   }
-  private u16(v: number): void {
-    if (v > 0xffff) throw new RangeError(`${v} does not fit in 16 bits`);
-    this.room(2);
-    this.view.setUint16(this.at, v, true);
-    this.at += 2;
-  }
   private u32(v: number): void {
+    if (!(v >= 0 && v <= 0xffff_ffff)) throw new RangeError(`${v} does not fit in 32 bits`);
     this.room(4);
     this.view.setUint32(this.at, v, true);
     this.at += 4;
@@ -127,10 +142,17 @@ export class BatchWriter {
   }
   private str(s: string): void {
     // At most 3 bytes per UTF-16 unit; the length is written once the bytes are.
-    this.room(2 + s.length * 3);
-    const { written } = this.encoder.encodeInto(s, this.bytes.subarray(this.at + 2));
-    this.u16(written);
+    this.room(4 + s.length * 3);
+    const { written } = this.encoder.encodeInto(s, this.bytes.subarray(this.at + 4));
+    this.u32(written);
     this.at += written;
+  }
+}
+
+/** A batch written by a router of another version: well formed, but not readable here. */
+export class BatchFormatError extends RangeError {
+  constructor(readonly format: number) {
+    super(`events in batch format ${format}, and this router reads format ${BATCH_FORMAT}: ${format < BATCH_FORMAT ? "an older" : "a newer"} llmroute wrote them`);
   }
 }
 
@@ -143,7 +165,6 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
     if (at + n > bytes.byteLength) throw new RangeError(`batch truncated at byte ${at} (needs ${n} more of ${bytes.byteLength})`);
   };
   const u8 = () => (need(1), bytes[at++]!);
-  const u16 = () => (need(2), (at += 2), view.getUint16(at - 2, true));
   const u32 = () => (need(4), (at += 4), view.getUint32(at - 4, true));
   const u64 = () => (need(8), (at += 8), view.getBigUint64(at - 8, true));
   const f64 = () => {
@@ -154,7 +175,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
     return v;
   };
   const str = () => {
-    const n = u16();
+    const n = u32();
     need(n);
     at += n;
     try {
@@ -172,7 +193,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
 
   if (bytes.byteLength === 0) return [];
   const format = u8();
-  if (format !== FORMAT) throw new RangeError(`batch format ${format} is not ${FORMAT} (a router of another version?)`);
+  if (format !== BATCH_FORMAT) throw new BatchFormatError(format);
   const events: ClusterEvent[] = [];
   while (at < bytes.byteLength) {
     const kind = u8();
@@ -182,7 +203,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
       case KIND.commit: {
         const flags = u8();
         const session = flags & HAS_SESSION ? u64() : undefined;
-        const count = u16();
+        const count = u32();
         const chains: PrefixChain[] = [];
         for (let c = 0; c < count; c++) {
           const length = u32();
@@ -206,7 +227,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
         events.push({ kind: "response", at: eventAt, replica, id: str() });
         break;
       case KIND.retract: {
-        const count = u16();
+        const count = u32();
         const chains: PrefixChain[] = [];
         const created: number[] = [];
         for (let c = 0; c < count; c++) {
@@ -240,6 +261,8 @@ export interface LoadMessage {
   i: string;
   /** Its configured name. */
   n: string;
+  /** The batch format its events are written in (absent before format 2: format 1). */
+  f?: number;
   /** Sender's clock (ms). */
   at: number;
   /** The stream id the sender has applied up to; its lag behind the stream's newest event (ms). */
@@ -267,5 +290,5 @@ export function decodeLoad(text: string): LoadMessage | undefined {
     if (!Array.isArray(value) || value.length !== 5 || !value.every((x) => typeof x === "number" && Number.isFinite(x) && x >= 0)) return undefined;
     r[name] = value as ReplicaLoad;
   }
-  return { v: 1, i: o.i, n: o.n, at: o.at, applied: o.applied, lag: o.lag, r, ...(o.bye === true ? { bye: true as const } : {}) };
+  return { v: 1, i: o.i, n: o.n, ...(typeof o.f === "number" ? { f: o.f } : {}), at: o.at, applied: o.applied, lag: o.lag, r, ...(o.bye === true ? { bye: true as const } : {}) };
 }

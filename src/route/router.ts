@@ -26,7 +26,9 @@ export interface RouterOptions {
 
 /**
  * Where a router's learning goes besides its own index: src/cluster shares it with the
- * other router instances. Called after the local state changed, never awaited.
+ * other router instances. Called after the local state changed, never awaited, inside the
+ * request path: an implementation must not throw (the cluster counts and logs its own
+ * failures, and the request goes on).
  */
 export interface RouterSink {
   /** `session`: the session key's 64-bit identity (see Router.sessionKey). */

@@ -69,16 +69,55 @@ describe("event batches", () => {
     const w = new BatchWriter();
     w.add({ kind: "commit", at: 5, replica: "gpu0", continued: true, chains: [chain] });
     const bytes = w.take();
-    expect(bytes.byteLength).toBe(1 + 1 + 8 + 2 + 4 + 1 + 2 + 4 + 12 * n);
+    expect(bytes.byteLength).toBe(1 + 1 + 8 + 4 + 4 + 1 + 4 + 4 + 12 * n);
     expect(plain(decodeBatch(bytes))[0]).toMatchObject({ chains: [{ length: n }] });
   });
 
+  it("a commit of 65,536 chains (a completions batch of 65,536 prompts) comes back whole", () => {
+    const n = 65_536;
+    const chains = Array.from({ length: n }, (_, i): PrefixChain => ({ lo: Uint32Array.of(i), hi: Uint32Array.of(i ^ 0xffff), ends: Uint32Array.of(100), length: 1 }));
+    const w = new BatchWriter();
+    w.add({ kind: "commit", at: 5, replica: "gpu0", continued: false, chains });
+    w.add({ kind: "retract", at: 6, replica: "gpu0", chains, created: chains.map(() => 1) });
+    const [commit, retract] = decodeBatch(w.take());
+    expect(commit).toMatchObject({ kind: "commit" });
+    expect(retract).toMatchObject({ kind: "retract" });
+    if (commit?.kind !== "commit" || retract?.kind !== "retract") return;
+    expect(commit.chains).toHaveLength(n);
+    expect(retract.chains).toHaveLength(n);
+    expect([commit.chains[n - 1]!.lo[0], commit.chains[n - 1]!.hi[0]]).toEqual([n - 1, (n - 1) ^ 0xffff]);
+  });
+
+  it("an event that fails part-way is taken back whole: the events around it stay readable", () => {
+    const w = new BatchWriter();
+    const chain = chainOf(3);
+    const broken = {
+      ...chain,
+      get hi(): Uint32Array {
+        throw new Error("no hashes");
+      },
+    };
+    w.add({ kind: "forget", at: 1, replica: "gpu0" });
+    expect(() => w.add({ kind: "commit", at: 2, replica: "gpu0", continued: false, chains: [chain, broken] })).toThrow("no hashes");
+    w.add({ kind: "response", at: 3, replica: "gpu1", id: "resp_1" });
+    expect(w.events).toBe(2);
+    expect(decodeBatch(w.take())).toEqual([
+      { kind: "forget", at: 1, replica: "gpu0" },
+      { kind: "response", at: 3, replica: "gpu1", id: "resp_1" },
+    ]);
+    // the first event of a batch too (the batch's format byte goes with it)
+    expect(() => w.add({ kind: "commit", at: 2, replica: "gpu0", continued: false, chains: [broken] })).toThrow("no hashes");
+    expect(w.empty).toBe(true);
+    expect(w.take().byteLength).toBe(0);
+  });
+
   it.each([
-    ["another format", () => Uint8Array.of(9, 2), /format 9/],
-    ["an unknown kind", () => Uint8Array.of(2, 77, ...new Uint8Array(8), 0, 0), /unknown event kind 77/],
+    ["another format", () => Uint8Array.of(9, 2), /events in batch format 9, and this router reads format 2: a newer llmroute wrote them/],
+    ["the previous format", () => Uint8Array.of(1, 2), /format 1, and this router reads format 2: an older llmroute/],
+    ["an unknown kind", () => Uint8Array.of(2, 77, ...new Uint8Array(8), 0, 0, 0, 0), /unknown event kind 77/],
     ["a truncated commit", () => batchOf({ kind: "commit", at: 1, replica: "g", continued: false, chains: [chainOf(3)] }).slice(0, -5), /truncated/],
     ["a non-finite time", () => { const b = batchOf({ kind: "forget", at: 1, replica: "g" }); new DataView(b.buffer).setFloat64(2, NaN, true); return b; }, /non-finite/],
-    ["invalid UTF-8 in a name", () => { const b = batchOf({ kind: "forget", at: 1, replica: "gg" }); b[12] = 0xff; return b; }, /UTF-8/],
+    ["invalid UTF-8 in a name", () => { const b = batchOf({ kind: "forget", at: 1, replica: "gg" }); b[14] = 0xff; return b; }, /UTF-8/],
     ["chain ends going backwards", () => batchOf({ kind: "commit", at: 1, replica: "g", continued: false, chains: [{ ...chainOf(2), ends: Uint32Array.of(10, 5) }] }), /ascending/],
   ])("rejects %s with a RangeError that says what is wrong", (_label, make, message) => {
     expect(() => decodeBatch(make())).toThrow(message);
@@ -182,7 +221,7 @@ describe("an instance that applies another's events routes like it", () => {
 });
 
 describe("load messages", () => {
-  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699, 41000] } };
+  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", f: 2, at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699, 41000] } };
 
   it("round-trip through JSON", () => {
     expect(decodeLoad(JSON.stringify(message))).toEqual(message);

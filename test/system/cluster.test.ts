@@ -5,10 +5,12 @@
  * replicas, driven by the official openai client as a load balancer would: each request to
  * the next instance.
  */
+import { RedisClient } from "bun";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { rm } from "node:fs/promises";
 import OpenAI from "openai";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
+import { IDENTITY_VERSION } from "../../src/route/chain.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
@@ -125,6 +127,43 @@ describe("instances agree", () => {
       expect(next.data.usage?.input_tokens_details?.cached_tokens ?? 0).toBeGreaterThan(0);
       previous = next;
     }
+  }, TIMEOUT);
+});
+
+describe("what one instance shares reaches the others whole", () => {
+  it("a client's 70,000-character session key: served (not a 500), and the other instance places the session by it", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    const key = `${SALT} session `.padEnd(70_000, "k");
+    const ask = (r: RouterProc, content: string) =>
+      client(r).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content }], max_tokens: 2, prompt_cache_key: key }).withResponse();
+    const first = where((await ask(a!, `${SALT} ${"the whole history of the session ".repeat(100)}`)).response);
+    await until(async () => ((await status(b!)).cluster!.events.applied > 0 ? true : undefined), "b to apply a's commit");
+    // A rewritten (compacted) history: only the session key says where it ran.
+    expect(where((await ask(b!, `${SALT} ${"a short summary of it ".repeat(40)}`)).response)).toEqual({ replica: first.replica, route: "session" });
+    for (const r of [a!, b!]) expect((await status(r)).cluster!.events).toMatchObject({ malformed: 0, unencodable: 0 });
+  }, TIMEOUT);
+
+  it("an instance of another llmroute version (events in format 1) is named in the log and /status; its events are counted apart", async () => {
+    const server = await redis();
+    const [a] = await routers(1, server);
+    const old = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    // What a router before batch format 2 sends: a heartbeat without a format, and a format-1 batch.
+    await old.publish(`${prefix}load`, JSON.stringify({ v: 1, i: "old00001", n: "edge-old", at: Date.now(), applied: "0-0", lag: 0, r: {} }));
+    const payload = Buffer.from(Uint8Array.of(1, 2, ...new Uint8Array(8), 4, 0, ...new TextEncoder().encode("gpu0"))).toString("base64");
+    const id = (await old.send("XADD", [`${prefix}log`, "*", "i", "old00001", "p", payload])) as string;
+    await old.publish(`${prefix}events`, `${id} old00001 ${payload}`);
+    const doc = await until(async () => {
+      const d = await status(a!);
+      return d.cluster!.events.other_version > 0 ? d : undefined;
+    }, "a to read the old instance's batch");
+    expect(doc.warnings).toContain("cluster: instance edge-old runs another llmroute version (events in format 1, this one's in 2): neither reads the other's routing knowledge; run one version on every instance");
+    expect(doc.cluster!.events.malformed).toBe(0);
+    expect(logRecords(a!, "cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance")).toMatchObject([
+      { instance: "edge-old", its_format: 1, this_format: 2 },
+    ]);
+    old.close();
   }, TIMEOUT);
 });
 
