@@ -134,7 +134,9 @@ export class Replica {
    * Learn the engine's tokenisation from a response: the ratio of decayed sums, so large
    * prompts (the ones that fill the KV) dominate and a burst of short ones, whose chat
    * template overhead skews their own ratio, barely moves it. Short prompts are skipped and
-   * the default kept until enough tokens were seen (see CALIBRATION_MIN_TOKENS).
+   * the default kept until enough tokens were seen (see CALIBRATION_MIN_TOKENS). `chars`
+   * must be the whole prompt the engine counted (the proxy skips previous_response_id
+   * follow-ups, whose stored conversation it never sees).
    */
   observeTokens(chars: number, promptTokens: number): void {
     if (!(promptTokens >= CALIBRATION_MIN_SAMPLE_TOKENS) || !(chars > 0)) return;

@@ -426,7 +426,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
       // A replica a reload removed is not remembered for anything.
       if (!replica.removed) {
         if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
-        if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
+        // A previous_response_id follow-up's prompt_tokens count the stored conversation, of
+        // which the router saw only the new input: learnt from, the ratio collapses.
+        if (usage.promptTokens && est.totalChars > 0 && !ctx.shape.previousResponseId) replica.observeTokens(est.totalChars, usage.promptTokens);
         if (res.status < 300) verdict = router.feedback(replica.name, est, usage.cachedTokens);
         // An error answer (a 400 for a too-long prompt, a 500) computed no KV to remember.
         else if (res.status >= 400) decided.retract?.();
