@@ -399,8 +399,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return fail();
     }
     const ttftMs = now() - ctx.started;
-    // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
-    replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
+    // A streamed answer's first byte ends its prefill. A whole answer says nothing about it,
+    // nor does an error (a 400 for a prompt over the context comes at once, prefilling
+    // nothing: taken as a sample, one made a replica's rate ten times too fast).
+    const prefilled = ctx.shape.stream && ctx.shape.endpoint !== "other" && res.status >= 200 && res.status < 300;
+    replica.prefill.end(prefill, prefilled ? now() - dispatched : undefined);
     deps.cluster?.loadChanged();
     // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
     if (res.status < 500) fleet.succeeded(replica);

@@ -59,3 +59,26 @@ describe("characters per token", () => {
     expect((await r.gpu0()).chars_per_token).toBe(calibrated);
   });
 });
+
+describe("the measured prefill rate", () => {
+  let r: Awaited<ReturnType<typeof replica>>;
+  beforeAll(async () => {
+    r = await replica(4_096);
+  });
+
+  it("an error answer to a streamed request (400: a prompt over the context) is not a time to first token: the rate stays", async () => {
+    const stream = async (content: string) => {
+      const s = await r.client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content }], max_tokens: 2, stream: true });
+      for await (const _ of s);
+    };
+    // Cold prefills of ~1,000 tokens measure it.
+    for (let i = 0; i < 3; i++) await stream(text(`cold prefill ${i}`, 4_000));
+    const measured = (await r.gpu0()).prefill.rate_tokens_per_s;
+    expect(measured).toBeGreaterThan(0);
+    // 10,000 tokens refused at once: taken as a prefill, it would read as a very fast card.
+    const refused = await stream(text("far too long", 40_000)).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain("maximum context length is 4096 tokens");
+    expect((await r.gpu0()).prefill.rate_tokens_per_s).toBe(measured);
+  });
+});
