@@ -192,15 +192,15 @@ export class Cluster {
 
   /** Where the router's learning goes: batched into the stream after the decision. */
   readonly sink: RouterSink = {
-    commit: (chains, replica, at, continued, session) =>
-      this.emit({ kind: "commit", at, replica, continued, chains, ...(session === undefined ? {} : { session }) }),
+    commit: (chains, replica, at, tag, continued, session) =>
+      this.emit({ kind: "commit", at, replica, commit: tag, continued, chains, ...(session === undefined ? {} : { session }) }),
     forget: (replica) => this.emit({ kind: "forget", at: this.now(), replica }),
     forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
     response: (id, replica) => {
       this.emit({ kind: "response", at: this.now(), replica, id });
       this.responseKeys.push([id, replica]);
     },
-    retract: (chains, replica, at, created) => this.emit({ kind: "retract", at, replica, chains, created }),
+    retract: (chains, replica, tag, created) => this.emit({ kind: "retract", at: this.now(), replica, commit: tag, chains, created }),
   };
 
   /** Redis host and port, without credentials (for logs and /status). */
@@ -569,9 +569,10 @@ export class Cluster {
     if (compareIds(id, this.lastId) <= 0) return 0;
     this.lastId = id;
     if (from === this.incarnation) return 0;
+    let sentAt: number;
     let batch: ClusterEvent[];
     try {
-      batch = decodeBatch(Buffer.from(payload, "base64"));
+      ({ sentAt, events: batch } = decodeBatch(Buffer.from(payload, "base64")));
     } catch (error) {
       if (error instanceof BatchFormatError) {
         this.counts.other_version++;
@@ -583,8 +584,13 @@ export class Cluster {
       return 0;
     }
     const now = this.now();
+    // The sender's times become this clock's: as long ago as they were when it sent them.
+    // Its clock may be off by an hour; taken as they are, its commits would stand an hour in
+    // the future and hold every later entry there (a list is kept in time order), out of
+    // the TTL's reach. (Time in transit, usually milliseconds, is not counted.)
+    const local = (at: number) => now - Math.max(0, sentAt - at);
     for (const event of batch) {
-      this.apply(event);
+      this.apply(event, local);
       if (event.kind === "commit") this.peers.noteCommit(from, event.replica, event.at, now);
       this.lagMs = Math.max(0, now - event.at);
     }
@@ -592,25 +598,25 @@ export class Cluster {
     return batch.length;
   }
 
-  private apply(event: ClusterEvent): void {
+  private apply(event: ClusterEvent, local: (at: number) => number): void {
     const { router, fleet } = this.deps;
     // Replicas this instance does not serve (configs may differ during a rollout) are not mirrored.
     if (!fleet.byName(event.replica)) return;
     switch (event.kind) {
       case "commit":
-        router.applyCommit(event.chains, event.replica, event.at, event.continued, event.session);
+        router.applyCommit(event.chains, event.replica, local(event.at), event.commit, event.continued, event.session);
         break;
       case "forget":
         router.forget(event.replica, false);
         break;
       case "forget-used-by":
-        router.index.forgetUsedBy(event.replica, event.usedBy);
+        router.index.forgetUsedBy(event.replica, local(event.usedBy));
         break;
       case "response":
         router.rememberResponse(event.id, event.replica, false);
         break;
       case "retract":
-        router.applyRetract(event.chains, event.replica, event.at, event.created);
+        router.applyRetract(event.chains, event.replica, event.commit, event.created);
         break;
     }
   }
@@ -657,7 +663,7 @@ export class Cluster {
     this.lastFlushAt = this.now();
     if (!this.writer.empty) {
       const events = this.writer.events;
-      const bytes = this.writer.take();
+      const bytes = this.writer.take(this.now());
       const payload = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
       this.outbox.push({ payload, events });
       this.outboxBytes += payload.length;
@@ -804,7 +810,8 @@ export class Cluster {
     try {
       const { header, index } = decodeSnapshot(blob);
       const keep = (name: string) => this.deps.fleet.byName(name) !== undefined;
-      const { restored } = this.deps.router.index.restore(index, keep);
+      // Its entries as old as they were when it was taken, by whichever clock took it.
+      const { restored } = this.deps.router.index.restore(index, keep, { now: this.now(), takenAt: header.at });
       for (const [id, replica] of header.responses) if (keep(replica)) this.deps.router.rememberResponse(id, replica, false);
       this.lastId = header.id;
       this.snapshotInfo = { at: header.at, by: header.by, bytes: blob.byteLength };

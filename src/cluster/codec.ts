@@ -4,8 +4,10 @@
  * Events (the index's commits and corrections, Responses API ids) go into a Redis stream as
  * compact binary batches, base64 in one field (Bun's client sends and receives strings).
  * A commit carries its chains as they are — three arrays of 32-bit words per chain — so the
- * receiver records exactly what the sender recorded, with the sender's clock. A batch is
- * every event one instance produced in one turn of its event loop.
+ * receiver records exactly what the sender recorded, and its tag, by which a retract names
+ * it. A batch is the events one instance produced within one flush gap; it carries the
+ * sender's clock when it was taken, so a receiver places each event as long ago as it
+ * happened without comparing two clocks (another instance's may be an hour off).
  *
  * Load (per replica: requests in flight, queued prefill tokens) is a small JSON message on a
  * pub/sub channel: it is only worth its latest value, so it has no history.
@@ -13,18 +15,22 @@
 import type { PrefixChain } from "../route/chain.ts";
 
 export type ClusterEvent =
-  /** `session`: the session key's 64-bit identity, never the client's own (unbounded) string. */
-  | { kind: "commit"; at: number; replica: string; continued: boolean; session?: bigint; chains: readonly PrefixChain[] }
+  /**
+   * `commit`: the commit's tag (Router.commit). `session`: the session key's 64-bit
+   * identity, never the client's own (unbounded) string.
+   */
+  | { kind: "commit"; at: number; replica: string; commit: number; continued: boolean; session?: bigint; chains: readonly PrefixChain[] }
   | { kind: "forget"; at: number; replica: string }
   | { kind: "forget-used-by"; at: number; replica: string; usedBy: number }
   | { kind: "response"; at: number; replica: string; id: string }
-  /** A commit (made at `at`) the replica never computed: per chain, how many deepest links it created. */
-  | { kind: "retract"; at: number; replica: string; chains: readonly PrefixChain[]; created: readonly number[] };
+  /** The commit tagged `commit`, which the replica never computed: per chain, how many deepest links it created. */
+  | { kind: "retract"; at: number; replica: string; commit: number; chains: readonly PrefixChain[]; created: readonly number[] };
 
 /**
  * The batch format. Instances on different formats cannot read each other's events (a
  * rolling upgrade): the reader says so (BatchFormatError) instead of counting them malformed.
- * 2: session keys as 64-bit hashes; 32-bit counts and lengths.
+ * 2: the sender's clock when the batch was taken; session keys as 64-bit hashes; commits
+ * and retracts carry the commit's tag; 32-bit counts and lengths.
  */
 export const BATCH_FORMAT = 2;
 const KIND = { commit: 1, forget: 2, "forget-used-by": 3, response: 4, retract: 5 } as const;
@@ -60,7 +66,10 @@ export class BatchWriter {
   }
 
   private write(event: ClusterEvent): void {
-    if (this.at === 0) this.u8(BATCH_FORMAT);
+    if (this.at === 0) {
+      this.u8(BATCH_FORMAT);
+      this.f64(0); // when taken: written by `take`
+    }
     this.u8(KIND[event.kind]);
     this.f64(event.at);
     this.str(event.replica);
@@ -68,6 +77,7 @@ export class BatchWriter {
       case "commit": {
         this.u8((event.continued ? CONTINUED : 0) | (event.session !== undefined ? HAS_SESSION : 0));
         if (event.session !== undefined) this.u64(event.session);
+        this.u32(event.commit);
         this.u32(event.chains.length);
         for (const chain of event.chains) {
           this.u32(chain.length);
@@ -84,6 +94,7 @@ export class BatchWriter {
         this.str(event.id);
         break;
       case "retract": {
+        this.u32(event.commit);
         this.u32(event.chains.length);
         event.chains.forEach((chain, c) => {
           // Only the created links are needed: the deepest `created` of the chain.
@@ -99,7 +110,9 @@ export class BatchWriter {
     }
   }
 
-  take(): Uint8Array {
+  /** The batch, stamped with `sentAt` (the sender's clock, ms). */
+  take(sentAt: number): Uint8Array {
+    if (this.at > 0) this.view.setFloat64(1, sentAt, true);
     const out = this.bytes.slice(0, this.at);
     this.at = 0;
     this.events = 0;
@@ -156,8 +169,11 @@ export class BatchFormatError extends RangeError {
   }
 }
 
-/** One batch's events; a malformed batch throws a RangeError (the caller counts and drops it). */
-export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
+/**
+ * One batch's events and when the sender took it (its clock); a malformed batch throws a
+ * RangeError (the caller counts and drops it).
+ */
+export function decodeBatch(bytes: Uint8Array): { sentAt: number; events: ClusterEvent[] } {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const decoder = new TextDecoder("utf-8", { fatal: true });
   let at = 0;
@@ -191,9 +207,10 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
     return a;
   };
 
-  if (bytes.byteLength === 0) return [];
+  if (bytes.byteLength === 0) return { sentAt: 0, events: [] };
   const format = u8();
   if (format !== BATCH_FORMAT) throw new BatchFormatError(format);
+  const sentAt = f64();
   const events: ClusterEvent[] = [];
   while (at < bytes.byteLength) {
     const kind = u8();
@@ -203,6 +220,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
       case KIND.commit: {
         const flags = u8();
         const session = flags & HAS_SESSION ? u64() : undefined;
+        const commit = u32();
         const count = u32();
         const chains: PrefixChain[] = [];
         for (let c = 0; c < count; c++) {
@@ -214,7 +232,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
           for (let i = 1; i < length; i++) if (ends[i]! < ends[i - 1]!) throw new RangeError("chain ends are not ascending");
           chains.push({ lo, hi, ends, length });
         }
-        events.push({ kind: "commit", at: eventAt, replica, continued: (flags & CONTINUED) !== 0, ...(session === undefined ? {} : { session }), chains });
+        events.push({ kind: "commit", at: eventAt, replica, commit, continued: (flags & CONTINUED) !== 0, ...(session === undefined ? {} : { session }), chains });
         break;
       }
       case KIND.forget:
@@ -227,6 +245,7 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
         events.push({ kind: "response", at: eventAt, replica, id: str() });
         break;
       case KIND.retract: {
+        const commit = u32();
         const count = u32();
         const chains: PrefixChain[] = [];
         const created: number[] = [];
@@ -238,14 +257,14 @@ export function decodeBatch(bytes: Uint8Array): ClusterEvent[] {
           chains.push({ lo, hi, ends: new Uint32Array(length), length });
           created.push(length);
         }
-        events.push({ kind: "retract", at: eventAt, replica, chains, created });
+        events.push({ kind: "retract", at: eventAt, replica, commit, chains, created });
         break;
       }
       default:
         throw new RangeError(`unknown event kind ${kind} at byte ${at - 1}`);
     }
   }
-  return events;
+  return { sentAt, events };
 }
 
 /**

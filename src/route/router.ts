@@ -22,6 +22,8 @@ export interface RouterOptions {
   /** Session keys remembered (LRU; each costs a fixed size, whatever the client sent). */
   maxSessions?: number;
   random?: () => number;
+  /** Where this router's commit tags start (default random; see Router.commit). */
+  commitSeed?: number;
 }
 
 /**
@@ -31,15 +33,18 @@ export interface RouterOptions {
  * failures, and the request goes on).
  */
 export interface RouterSink {
-  /** `session`: the session key's 64-bit identity (see Router.sessionKey). */
-  commit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: bigint): void;
+  /**
+   * `tag`: the commit's identity (see Router.commit), by which a retract names it.
+   * `session`: the session key's 64-bit identity (see Router.sessionKey).
+   */
+  commit(chains: readonly PrefixChain[], replica: string, now: number, tag: number, continued: boolean, session?: bigint): void;
   /** The replica's cache is gone (it restarted): forget everything it held. */
   forget(replica: string): void;
   /** The engine evicted what the replica last used at or before `usedBy`. */
   forgetUsedBy(replica: string, usedBy: number): void;
   response(id: string, replica: string): void;
-  /** A commit made at `at` is taken back: the replica never computed it (see Router.commit). */
-  retract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): void;
+  /** The commit tagged `tag` is taken back: the replica never computed it (see Router.commit). */
+  retract(chains: readonly PrefixChain[], replica: string, tag: number, created: readonly number[]): void;
 }
 
 /** What the fleet knows of a replica; the router adds what its index knows. */
@@ -112,6 +117,8 @@ export class Router {
   private readonly maxSessions: number;
   private readonly hasher: Hasher;
   private readonly random: () => number;
+  /** The last commit tag given out. */
+  private tag: number;
 
   constructor(options: RouterOptions) {
     this.policy = options.policy;
@@ -122,6 +129,7 @@ export class Router {
     this.maxResponses = options.maxResponses ?? 100_000;
     this.maxSessions = options.maxSessions ?? 100_000;
     this.random = options.random ?? Math.random;
+    this.tag = (options.commitSeed ?? Math.floor(Math.random() * 0x1_0000_0000)) >>> 0;
   }
 
   /** Choose a replica among `fleet` (already narrowed to the request's model), or none. */
@@ -179,30 +187,37 @@ export class Router {
     return estimate(final.replica, final);
   }
 
-  /** Record an acted-on decision: the replica now holds this prefix. */
+  /**
+   * Record an acted-on decision: the replica now holds this prefix. Each commit gets its own
+   * tag, which the index keeps on every link it records and a retract names: neither its
+   * time (two commits of one prompt can share a millisecond; a peer's commit applied after
+   * local ones is moved up in time) nor anything else identifies it. Tags count up from a
+   * random start, so instances sharing an index through the cluster almost never meet.
+   */
   commit(input: RouteInput, decision: Decision, now: number): Retract {
     if (decision.usedCounter) this.counter++;
-    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation));
+    const tag = this.nextTag();
+    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation, tag));
     const session = input.shape.session ? this.sessionKey(input) : undefined;
     if (session !== undefined) remember(this.sessions, session, decision.replica, this.maxSessions);
-    this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, session);
+    this.sink?.commit(input.chains, decision.replica, now, tag, input.shape.continuation, session);
     // A replica that never computed the prompt (refused, or answered an error) does not hold
     // it: left in the index, the next request there would be a "miss" that drops what the
     // replica really holds.
     return () => {
-      this.sink?.retract(input.chains, decision.replica, now, created);
-      return this.applyRetract(input.chains, decision.replica, now, created);
+      this.sink?.retract(input.chains, decision.replica, tag, created);
+      return this.applyRetract(input.chains, decision.replica, tag, created);
     };
   }
 
-  /** Take back a commit's new links (this instance's, or another's through the cluster). */
-  applyRetract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): number {
-    return chains.reduce((n, chain, i) => n + this.index.retract(chain, replica, created[i] ?? 0, at), 0);
+  /** Take back the new links of the commit tagged `tag` (this instance's, or another's through the cluster). */
+  applyRetract(chains: readonly PrefixChain[], replica: string, tag: number, created: readonly number[]): number {
+    return chains.reduce((n, chain, i) => n + this.index.retract(chain, replica, created[i] ?? 0, tag), 0);
   }
 
-  /** Another router instance committed a decision: the same record, not shared again. */
-  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: bigint): void {
-    for (const chain of chains) this.index.record(chain, replica, now, continued);
+  /** Another router instance committed a decision (at `now` on this instance's clock): the same record, not shared again. */
+  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, tag: number, continued: boolean, session?: bigint): void {
+    for (const chain of chains) this.index.record(chain, replica, now, continued, tag);
     if (session !== undefined) remember(this.sessions, session, replica, this.maxSessions);
   }
 
@@ -327,6 +342,13 @@ export class Router {
       if (this.index.holds(link.lo, link.hi, m.replica)) return true;
     }
     return false;
+  }
+
+  /** The next commit tag: never 0 (an untagged entry). */
+  private nextTag(): number {
+    this.tag = (this.tag + 1) >>> 0;
+    if (this.tag === 0) this.tag = 1;
+    return this.tag;
   }
 
   /**

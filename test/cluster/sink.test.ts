@@ -66,9 +66,9 @@ describe("sharing never fails a request", () => {
         throw new Error("no hashes");
       },
     };
-    cluster.sink.commit([good], "gpu0", 1, false);
-    expect(() => cluster.sink.commit([broken], "gpu0", 2, false)).not.toThrow();
-    cluster.sink.commit([good], "gpu0", 3, false);
+    cluster.sink.commit([good], "gpu0", 1, 1, false);
+    expect(() => cluster.sink.commit([broken], "gpu0", 2, 2, false)).not.toThrow();
+    cluster.sink.commit([good], "gpu0", 3, 3, false);
     expect(cluster.backlogEvents()).toBe(2);
     expect(cluster.status().events).toMatchObject({ unencodable: 1 });
     expect(cluster.status().warnings.join("\n")).toMatch(/1 event could not be encoded.*no hashes/);

@@ -154,3 +154,28 @@ describe("what a client's values cost", () => {
     expect(choice(again)).toEqual({ replica: placed[7]!, reason: "session" });
   });
 });
+
+describe("a commit taken back (the replica computed nothing)", () => {
+  it("two commits of one prompt in the same millisecond: the failed one's retract leaves what the other one committed", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1);
+    const req = chat([{ role: "user", content: words(5_000, "the same prompt twice") }]);
+    const failed = r.commit(req, r.route(req, replicas, 7)!, 7);
+    r.commit(req, r.route(req, replicas, 7)!, 7);
+    expect(failed()).toBe(0);
+    expect(r.index.match(req.chains[0]!, "gpu0").depth).toBe(req.chains[0]!.length);
+  });
+
+  it("taken back alone, a commit's new links go, and the links it only touched stay", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1);
+    const shared = { role: "system", content: words(3_000, "shared system prompt") };
+    send(r, chat([shared, { role: "user", content: "one" }]), replicas, 1);
+    const req = chat([shared, { role: "user", content: words(3_000, "two") }]);
+    const retract = r.commit(req, r.route(req, replicas, 2)!, 2);
+    const sharedLinks = chat([shared]).chains[0]!.length;
+    expect(sharedLinks).toBeGreaterThan(1);
+    expect(retract()).toBe(req.chains[0]!.length - sharedLinks);
+    expect(r.index.match(req.chains[0]!, "gpu0").depth).toBe(sharedLinks);
+  });
+});

@@ -9,6 +9,7 @@ import { RedisClient } from "bun";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { rm } from "node:fs/promises";
 import OpenAI from "openai";
+import { BatchWriter } from "../../src/cluster/codec.ts";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
 import { IDENTITY_VERSION } from "../../src/route/chain.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
@@ -164,6 +165,59 @@ describe("what one instance shares reaches the others whole", () => {
       { instance: "edge-old", its_format: 1, this_format: 2 },
     ]);
     old.close();
+  }, TIMEOUT);
+});
+
+describe("a commit taken back is taken back on every instance", () => {
+  /** A router in front of gpu0 alone, so every request goes there. */
+  const solo = (name: string, server: RedisServer, extra = "") =>
+    startRouterProc([{ name: sims[0]!.name, url: sims[0]!.url }], { toml: `${extra}\n[cluster]\nredis = "${server.url}"\nname = "${name}"\n` });
+  const entries = async (r: RouterProc) => (await status(r)).replicas[0]!.index_entries;
+  const ask = (r: RouterProc, label: string) =>
+    client(r).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `${SALT} ${label} ${"x".repeat(3000)}` }], max_tokens: 2 });
+
+  it("the other instance had committed something newer to that replica before it applied the commit: it still takes it back (5 of 5)", async () => {
+    const server = await redis();
+    const [a, b] = await Promise.all([solo("r0", server), solo("r1", server)]);
+    await until(async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    for (let trial = 0; trial < 5; trial++) {
+      const applied = (await status(b)).cluster!.events.applied;
+      // Redis frozen: what each instance learns waits, so b commits after a's commit and before it applies it.
+      server.pause();
+      await sims[0]!.faults({ fail_next: 1, fail_status: 400 });
+      expect(await ask(a, `trial ${trial}: refused`).catch((e: unknown) => (e as { status?: number }).status)).toBe(400);
+      await ask(b, `trial ${trial}: served`);
+      server.resume();
+      await until(
+        async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.state === "up" && s.cluster.backlog_events === 0 && s.cluster.instances.length === 2),
+        "both instances back in sync",
+        30_000,
+      );
+      // b heard of a's commit and of its retraction; a never held the refused prompt: the same index.
+      await until(async () => ((await status(b)).cluster!.events.applied >= applied + 2 ? true : undefined), `trial ${trial}: b to apply a's commit and retract`);
+      await until(async () => ((await entries(a)) === (await entries(b)) ? true : undefined), `trial ${trial}: b to take the commit back as a did`);
+    }
+  }, TIMEOUT * 2);
+
+  it("an instance whose clock is an hour ahead does not pin the others' entries in the future: the TTL still evicts", async () => {
+    const server = await redis();
+    const a = await solo("r0", server, `[routing]\nindex_ttl = "2s"`);
+    await until(async () => (await status(a)).cluster?.state === "up" ? true : undefined, "a to connect");
+    // What an instance with a clock an hour ahead shares: one commit to gpu0.
+    const ahead = Date.now() + 3_600_000;
+    const w = new BatchWriter();
+    w.add({ kind: "commit", at: ahead, replica: "gpu0", continued: false, commit: 1, chains: [{ lo: Uint32Array.of(1, 2, 3), hi: Uint32Array.of(4, 5, 6), ends: Uint32Array.of(10, 20, 30), length: 3 }] });
+    const payload = Buffer.from(w.take(ahead)).toString("base64");
+    const peer = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    const id = (await peer.send("XADD", [`${prefix}log`, "*", "i", "ahead001", "p", payload])) as string;
+    await peer.publish(`${prefix}events`, `${id} ahead001 ${payload}`);
+    peer.close();
+    await until(async () => ((await status(a)).cluster!.events.applied > 0 ? true : undefined), "a to apply the commit");
+    await ask(a, "a local request after it");
+    expect(await entries(a)).toBeGreaterThan(3);
+    // Nothing is used again: within the TTL (2 s) and an eviction pass, everything is gone.
+    await until(async () => ((await entries(a)) === 0 ? true : undefined), "the index to be evicted", 20_000);
   }, TIMEOUT);
 });
 
