@@ -74,6 +74,13 @@ const SETTLE_MS = 5;
 const LOAD_GAP_MS = 50;
 /** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
 const LOOKUP_TIMEOUT_MS = 250;
+/**
+ * A published stream id further ahead of Redis's clock than this is not taken on trust (a
+ * forged or damaged message): stored as the id applied up to, it would make every later
+ * event look old. The stream is asked whether it holds it (an id ahead of a clock that was
+ * set back is real: the stream keeps its ids growing).
+ */
+const MAX_ID_AHEAD_MS = 60_000;
 
 interface Session {
   cmd: RedisClient;
@@ -128,8 +135,15 @@ export class Cluster {
   private wake?: () => void;
 
   private epoch?: string;
-  /** The stream id applied up to. */
+  /** The stream id applied up to: only ever one Redis gave (see applyEntry). */
   private lastId = "0-0";
+  /** Redis's clock minus this one's (ms), measured at connect; undefined if Redis would not say. */
+  private redisOffset?: number;
+  /** Published ids too far ahead to take on trust, until the stream says whether it holds them. */
+  private readonly doubted = new Set<string>();
+  private verifying = false;
+  /** The id applied up to was found unusable: the next connect catches up from the snapshot. */
+  private resync = false;
   private readonly writer = new BatchWriter();
   private flushScheduled = false;
   private flushTimer?: ReturnType<typeof setTimeout>;
@@ -446,6 +460,8 @@ export class Cluster {
       watch(session.sub);
 
       const started = this.now();
+      this.redisOffset = await this.redisClock(cmd);
+      if (!this.plausible(this.lastId)) this.restart(`the stream id this instance applied up to (${this.lastId}) is ahead of Redis's clock`);
       await withTimeout(cmd.send("SET", [this.keys.epoch, crypto.randomUUID(), "NX"]), STALL_MS);
       const epoch = (await withTimeout(cmd.get(this.keys.epoch), STALL_MS)) ?? "";
       const meta = parseMeta(await withTimeout(cmd.get(this.keys.meta), STALL_MS));
@@ -459,10 +475,12 @@ export class Cluster {
         this.lastId = "0-0";
         this.wantSnapshot = true;
         this.deps.log.warn("cluster: Redis lost the shared state (restarted empty?); re-sharing this instance's view", { redis: this.where });
-      } else if (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0) {
-        // Away long enough that what it missed was trimmed: the snapshot has it.
-        restored = await this.restoreSnapshot(cmd);
+      } else if (this.resync || (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0)) {
+        // Away long enough that what it missed was trimmed, or its place in the stream was
+        // unusable: the snapshot has it.
+        if (meta) restored = await this.restoreSnapshot(cmd);
       }
+      this.resync = false;
       this.epoch = epoch;
       // Subscribe first, then read the stream: what is published meanwhile waits, and is
       // applied after what the stream held (both carry stream ids; none is applied twice).
@@ -534,7 +552,15 @@ export class Cluster {
   private async drain(s: Session): Promise<number> {
     let applied = 0;
     for (;;) {
-      const reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+      let reply: unknown;
+      try {
+        reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+      } catch (error) {
+        // Never expected (only Redis's own ids are kept), but fatal if it happened: every
+        // reconnect would fail the same way while Redis answers everything else.
+        if (/invalid stream id/i.test(describe(error))) this.restart(`Redis refused the stream id this instance applied up to (${this.lastId})`);
+        throw error;
+      }
       const entries = streamEntries(reply, this.keys.log);
       for (const [id, fields] of entries) {
         let from = "";
@@ -549,7 +575,11 @@ export class Cluster {
     }
   }
 
-  /** A batch as it was published: "<stream id> <incarnation> <payload>". */
+  /**
+   * A batch as it was published: "<stream id> <incarnation> <payload>". Anything can be
+   * published on the channel: an id that is not Redis's is dropped, and one too far ahead
+   * of Redis's clock is checked against the stream first.
+   */
   private onEvents(message: string): void {
     if (this.live) {
       this.live.push(message);
@@ -557,16 +587,70 @@ export class Cluster {
     }
     const a = message.indexOf(" ");
     const b = message.indexOf(" ", a + 1);
-    if (a < 0 || b < 0) {
-      this.counts.malformed++;
-      return;
-    }
-    this.applyEntry(message.slice(0, a), message.slice(a + 1, b), message.slice(b + 1));
+    if (a < 0 || b < 0) return this.malformed("not <id> <instance> <batch>", message.slice(0, 40));
+    const id = message.slice(0, a);
+    if (!isStreamId(id)) return this.malformed("not a stream id", id.slice(0, 40));
+    if (!this.plausible(id)) return this.doubt(id);
+    this.applyEntry(id, message.slice(a + 1, b), message.slice(b + 1));
+  }
+
+  private malformed(error: string, id: string): void {
+    this.counts.malformed++;
+    if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error });
+  }
+
+  /** Is `id` one Redis could have given by now? */
+  private plausible(id: string): boolean {
+    if (!isStreamId(id)) return false;
+    return this.redisOffset === undefined || idMs(id) <= this.now() + this.redisOffset + MAX_ID_AHEAD_MS;
+  }
+
+  /** Redis's clock minus this one's (TIME), or undefined when it does not say. */
+  private async redisClock(cmd: RedisClient): Promise<number | undefined> {
+    const before = this.now();
+    const reply = await withTimeout(cmd.send("TIME", []), STALL_MS).catch(() => undefined);
+    const after = this.now();
+    if (!Array.isArray(reply)) return undefined;
+    const ms = Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
+    return Number.isFinite(ms) ? ms - (before + after) / 2 : undefined;
+  }
+
+  /**
+   * A published id far ahead of Redis's clock: not applied on its word. The stream is read
+   * (buffering what is published meanwhile, as when catching up): a real entry is applied
+   * from there; one the stream does not hold is dropped and counted.
+   */
+  private doubt(id: string): void {
+    this.doubted.add(id);
+    if (this.verifying) return;
+    this.verifying = true;
+    const s = this.session;
+    const buffer: string[] = [];
+    if (s && !s.dead) this.live = buffer;
+    const read = s && !s.dead ? this.drain(s) : Promise.resolve(0);
+    void read
+      .catch((error) => s?.fail(`stream read: ${describe(error)}`))
+      .finally(() => {
+        for (const doubted of this.doubted) this.malformed("a stream id the stream does not hold, ahead of Redis's clock", doubted);
+        this.doubted.clear();
+        this.verifying = false;
+        if (this.live !== buffer) return;
+        this.live = undefined;
+        for (const message of buffer) this.onEvents(message);
+      });
+  }
+
+  /** The id applied up to is unusable: start again from the snapshot and the stream since it. */
+  private restart(reason: string): void {
+    this.deps.log.warn("cluster: catching up again from the snapshot", { reason });
+    this.lastId = "0-0";
+    this.resync = true;
   }
 
   /** One stream entry, once: entries at or before `lastId` were applied already. */
   private applyEntry(id: string, from: string, payload: string): number {
     if (compareIds(id, this.lastId) <= 0) return 0;
+    this.doubted.delete(id);
     this.lastId = id;
     if (from === this.incarnation) return 0;
     let sentAt: number;
@@ -579,8 +663,7 @@ export class Cluster {
         this.noteOtherVersion(from, error.format);
         return 0;
       }
-      this.counts.malformed++;
-      if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error: describe(error) });
+      this.malformed(describe(error), id);
       return 0;
     }
     const now = this.now();
@@ -813,7 +896,8 @@ export class Cluster {
       // Its entries as old as they were when it was taken, by whichever clock took it.
       const { restored } = this.deps.router.index.restore(index, keep, { now: this.now(), takenAt: header.at });
       for (const [id, replica] of header.responses) if (keep(replica)) this.deps.router.rememberResponse(id, replica, false);
-      this.lastId = header.id;
+      if (this.plausible(header.id)) this.lastId = header.id;
+      else this.deps.log.warn("cluster: the shared snapshot's stream id is ahead of Redis's clock; reading the whole stream after it", { id: header.id.slice(0, 40) });
       this.snapshotInfo = { at: header.at, by: header.by, bytes: blob.byteLength };
       return restored;
     } catch (error) {
@@ -841,11 +925,29 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
-/** Stream ids "ms-seq" compared as numbers. */
+const STREAM_ID = /^(\d{1,20})-(\d{1,20})$/;
+const U64_MAX = 0xffff_ffff_ffff_ffffn;
+
+/** A stream id as Redis writes them: "<ms>-<seq>", each an unsigned 64-bit number. */
+export function isStreamId(id: string): boolean {
+  const m = STREAM_ID.exec(id);
+  return m !== null && BigInt(m[1]!) <= U64_MAX && BigInt(m[2]!) <= U64_MAX;
+}
+
+function idMs(id: string): number {
+  return Number(STREAM_ID.exec(id)?.[1] ?? Number.NaN);
+}
+
+/** Stream ids "ms-seq" compared as numbers (exactly: they are 64-bit); anything else sorts first. */
 export function compareIds(a: string, b: string): number {
-  const [am = 0, as = 0] = a.split("-").map(Number);
-  const [bm = 0, bs = 0] = b.split("-").map(Number);
-  return am !== bm ? am - bm : as - bs;
+  const parts = (id: string): [bigint, bigint] => {
+    const m = STREAM_ID.exec(id);
+    return m ? [BigInt(m[1]!), BigInt(m[2]!)] : [-1n, -1n];
+  };
+  const [am, as] = parts(a);
+  const [bm, bs] = parts(b);
+  const d = am !== bm ? am - bm : as - bs;
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
 }
 
 /** XREAD's reply for one stream as [id, fields] pairs: a RESP3 map or a RESP2 array. */

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "bun:test";
 import fc from "fast-check";
 import { BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage } from "../../src/cluster/codec.ts";
-import { compareIds, streamEntries } from "../../src/cluster/cluster.ts";
+import { compareIds, isStreamId, streamEntries } from "../../src/cluster/cluster.ts";
 import { decodeSnapshot, encodeSnapshot } from "../../src/cluster/snapshot.ts";
 import type { PrefixChain } from "../../src/route/chain.ts";
 import type { RouterSink } from "../../src/route/router.ts";
@@ -279,6 +279,10 @@ describe("snapshot blob and stream replies", () => {
     expect(compareIds("9-0", "10-0")).toBeLessThan(0);
     expect(compareIds("10-2", "10-10")).toBeLessThan(0);
     expect(compareIds("10-0", "10-0")).toBe(0);
+    // exactly, past 2^53
+    expect(compareIds("9007199254740993-0", "9007199254740992-0")).toBeGreaterThan(0);
+    expect(["1-2", "18446744073709551615-0", "0-0"].map(isStreamId)).toEqual([true, true, true]);
+    expect(["99999999999999999999-0", "18446744073709551616-0", "not-an-id", "12-x", "12", "-1-0", "1-2 "].map(isStreamId)).toEqual(new Array(7).fill(false));
     const entries = [["1-0", ["i", "a", "p", "AQ=="]]];
     expect(streamEntries({ log: entries }, "log")).toEqual(entries as [string, string[]][]);
     expect(streamEntries([["log", entries]], "log")).toEqual(entries as [string, string[]][]);

@@ -168,6 +168,63 @@ describe("what one instance shares reaches the others whole", () => {
   }, TIMEOUT);
 });
 
+describe("a bad events message costs nothing but itself", () => {
+  it("bogus stream ids (not Redis's, far in the future) are dropped and counted; later events still apply, and a reconnect reads the stream", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    await until(async () => (await Promise.all([status(a!), status(b!)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    const forger = new RedisClient(server.url);
+    const channel = `llmroute:v${IDENTITY_VERSION}:events`;
+    const w = new BatchWriter();
+    w.add({ kind: "forget", at: Date.now(), replica: "gpu-none" });
+    const payload = Buffer.from(w.take(Date.now())).toString("base64");
+    // Not ids; then a valid one ten years ahead; then one past what Redis accepts (XREAD: "ERR Invalid stream ID").
+    const bogus = ["not-an-id", "12-x", `${Date.now() + 10 * 365 * 86_400_000}-0`, "99999999999999999999-0"];
+    for (const id of bogus) await forger.publish(channel, `${id} forger01 ${payload}`);
+
+    // A conversation alternating between the instances is still pinned: b applies a's events
+    // (published after the forgeries, so b reads them after).
+    const messages = conversation("after the forgeries");
+    const first = await turn(a!, messages, "next");
+    expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect((await status(b!)).cluster!.events.malformed).toBe(bogus.length);
+
+    // Every connection cut: on reconnecting each reads the stream from where it was (no "Invalid stream ID").
+    const before = (await status(b!)).cluster!.disconnects;
+    await forger.send("CLIENT", ["KILL", "TYPE", "pubsub"]);
+    await forger.send("CLIENT", ["KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    await until(async () => {
+      const s = (await status(b!)).cluster!;
+      return s.state === "up" && s.disconnects > before ? true : undefined;
+    }, "b to reconnect", 20_000);
+    expect((await status(b!)).cluster!.last_error ?? "").not.toContain("Invalid stream ID");
+    expect(await turn(a!, messages, "once more")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect(await turn(b!, messages, "and again")).toMatchObject({ replica: first.replica, route: "pin" });
+    forger.close();
+  }, TIMEOUT);
+
+  it("entries the stream really holds ahead of Redis's clock (as after a clock set back) are applied, read from the stream", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    await until(async () => (await Promise.all([status(a!), status(b!)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    const writer = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    const w = new BatchWriter();
+    w.add({ kind: "response", at: Date.now(), replica: "gpu0", id: "resp_from_the_future" });
+    const payload = Buffer.from(w.take(Date.now())).toString("base64");
+    // An hour ahead: from now on Redis gives every entry an id past it.
+    const id = (await writer.send("XADD", [`${prefix}log`, `${Date.now() + 3_600_000}-0`, "i", "later001", "p", payload])) as string;
+    const applied = (await status(b!)).cluster!.events.applied;
+    await writer.publish(`${prefix}events`, `${id} later001 ${payload}`);
+    await until(async () => ((await status(b!)).cluster!.events.applied > applied ? true : undefined), "b to apply the entry");
+    writer.close();
+    const messages = conversation("after the clock moved");
+    const first = await turn(a!, messages, "next");
+    expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect((await status(b!)).cluster!.events.malformed).toBe(0);
+  }, TIMEOUT);
+});
+
 describe("a commit taken back is taken back on every instance", () => {
   /** A router in front of gpu0 alone, so every request goes there. */
   const solo = (name: string, server: RedisServer, extra = "") =>
