@@ -179,8 +179,12 @@ export class Fleet {
   replicas: Replica[];
   /** Requests routed while every replica of their pool was down. */
   panicRoutes = 0;
-  /** Models (by name, "" for requests naming none) in panic mode now; logged when it starts and ends. */
-  readonly panicking = new Set<string>();
+  /**
+   * Pools in panic mode, logged when it starts and ends, by their replicas' names (never by
+   * the model a client named: any name reaches a replica whose model list is unknown, and
+   * 200 names would be 200 pools). Settled whenever health changes (see `inPanic`).
+   */
+  readonly panicking = new Map<string, { replicas: string[]; model?: string }>();
   private readonly fetch: FetchLike;
   private readonly now: () => number;
 
@@ -249,13 +253,12 @@ export class Fleet {
     view: (r: Replica) => FleetView = (r) => r.view(),
   ): { views: FleetView[]; panic: boolean } {
     const panic = pool.length > 0 && !pool.some((r) => r.routable);
-    const key = model ?? "";
+    this.settlePanic();
+    const names = pool.map((r) => r.name);
+    const key = names.join(",");
     if (panic && !this.panicking.has(key)) {
-      this.panicking.add(key);
-      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model, replicas: pool.map((r) => r.name).join(",") });
-    } else if (!panic && this.panicking.has(key) && pool.some((r) => r.healthy)) {
-      this.panicking.delete(key);
-      this.options.log.info("panic mode over: a replica is up", { model });
+      this.panicking.set(key, { replicas: names, ...(model === undefined ? {} : { model }) });
+      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model: clip(model), replicas: key });
     }
     const views = pool.map((r) => {
       const v = view(r);
@@ -273,6 +276,23 @@ export class Fleet {
       });
     }
     return { views, panic };
+  }
+
+  /** Is some pool in panic mode now (every replica of it down)? From current health, not from the last request. */
+  inPanic(): boolean {
+    this.settlePanic();
+    return this.panicking.size > 0;
+  }
+
+  /** Pools whose replicas are routable again (or were reloaded away) leave panic mode. */
+  private settlePanic(): void {
+    for (const [key, p] of this.panicking) {
+      const now = p.replicas.map((name) => this.byName(name));
+      if (now.some((r) => r === undefined) || now.some((r) => r!.routable)) {
+        this.panicking.delete(key);
+        this.options.log.info("panic mode over: a replica is up", { model: clip(p.model), replicas: key });
+      }
+    }
   }
 
   /** A request was sent to `replica`: on a half-open one, it is the trial. */
@@ -369,6 +389,7 @@ export class Fleet {
       replica.trial = false;
       this.options.log.info("replica half-open: health check passed; the next request is a trial", { replica: replica.name });
     }
+    this.settlePanic();
   }
 
   private up(replica: Replica, msg: string): void {
@@ -455,6 +476,12 @@ export class Fleet {
       // Model discovery is best effort: a replica whose list is unknown accepts any model.
     }
   }
+}
+
+/** A client-chosen name (a model) for a log line: at most 80 characters, and how long it was. */
+export function clip(name: string | undefined): string | undefined {
+  if (name === undefined || name.length <= 80) return name;
+  return `${name.slice(0, 80)}… (${name.length} characters)`;
 }
 
 /** The replica's own key, never the client's. */

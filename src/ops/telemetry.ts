@@ -185,7 +185,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
-      panic: fleet.panicking.size > 0,
+      panic: fleet.inPanic(),
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       health_interval_s: config.health.interval_ms / 1000,

@@ -8,7 +8,7 @@
  * and the connect probe are injected; Bun.serve lives in server.ts.
  */
 import type { Config } from "../config.ts";
-import { describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
+import { clip, describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
 import type { Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
@@ -138,7 +138,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     deps.onRecord?.(r);
     log.info("request", {
       endpoint: r.endpoint,
-      model: r.model,
+      model: clip(r.model),
       replica: r.replica,
       route: r.route,
       status: r.status,
@@ -201,7 +201,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // The pool is this request's snapshot: a reload may replace fleet.replicas meanwhile.
     const pool = fleet.pool(shape.model);
     if (shape.model !== undefined && pool.length === 0) {
-      return reject(url, 404, `The model \`${shape.model}\` does not exist on any replica.`, started, "model");
+      return reject(url, 404, `The model \`${clip(shape.model)}\` does not exist on any replica.`, started, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
     const upstreamBody = body ? withUsageRequested(endpoint, body, bytes) : undefined;
