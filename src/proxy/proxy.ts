@@ -197,7 +197,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
 
     let shape = shapeOf(endpoint, body, { tenant: req.headers.get("x-llmroute-tenant"), session: req.headers.get("x-session-id") });
     const responseId = RESPONSE_PATH.exec(url.pathname)?.[1];
-    if (responseId) shape = { ...shape, previousResponseId: decodeURIComponent(responseId) };
+    if (responseId) {
+      let id: string;
+      try {
+        id = decodeURIComponent(responseId);
+      } catch {
+        return reject(url, 400, `the response id in the path is not valid percent-encoding: ${clip(responseId)}`, started);
+      }
+      shape = { ...shape, previousResponseId: id };
+    }
     // The pool is this request's snapshot: a reload may replace fleet.replicas meanwhile.
     const pool = fleet.pool(shape.model);
     if (shape.model !== undefined && pool.length === 0) {
