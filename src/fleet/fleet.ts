@@ -12,7 +12,7 @@
  * never because of a failed request. No timers here; the caller owns the schedule.
  */
 import type { ReplicaConfig } from "../config.ts";
-import type { Log } from "../log.ts";
+import { clip, type Log } from "../log.ts";
 import { ENGINE_METRICS, parsePrometheus, readEngine, total, type EngineReading } from "../engines/metrics.ts";
 import type { FleetView } from "../route/router.ts";
 import { PrefillQueue } from "./prefill.ts";
@@ -476,12 +476,6 @@ export class Fleet {
       // Model discovery is best effort: a replica whose list is unknown accepts any model.
     }
   }
-}
-
-/** A client-chosen name (a model) for a log line: at most 80 characters, and how long it was. */
-export function clip(name: string | undefined): string | undefined {
-  if (name === undefined || name.length <= 80) return name;
-  return `${name.slice(0, 80)}… (${name.length} characters)`;
 }
 
 /** The replica's own key, never the client's. */

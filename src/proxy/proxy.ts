@@ -8,8 +8,8 @@
  * and the connect probe are injected; Bun.serve lives in server.ts.
  */
 import type { Config } from "../config.ts";
-import { clip, describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
-import type { Log } from "../log.ts";
+import { describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
+import { clip, type Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
