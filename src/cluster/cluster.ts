@@ -20,7 +20,7 @@
  */
 import { RedisClient } from "bun";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
-import type { Log } from "../log.ts";
+import { clip, type Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
 import { BATCH_FORMAT, BatchFormatError, BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
@@ -81,6 +81,8 @@ const LOOKUP_TIMEOUT_MS = 250;
  * set back is real: the stream keeps its ids growing).
  */
 const MAX_ID_AHEAD_MS = 60_000;
+/** Instances of another version named in /status at most (each is also logged once). */
+const MAX_OTHER_VERSIONS = 16;
 
 interface Session {
   cmd: RedisClient;
@@ -834,7 +836,9 @@ export class Cluster {
   private noteOtherVersion(incarnation: string, format: number, name?: string): void {
     const now = this.now();
     const known = this.otherVersions.get(incarnation);
-    const label = name ?? known?.name ?? this.peers.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`;
+    // Anything can be published: a flood of made-up instances is not remembered without bound.
+    if (!known && this.otherVersions.size >= MAX_OTHER_VERSIONS) return;
+    const label = clip(name ?? known?.name ?? this.peers.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`)!;
     this.otherVersions.set(incarnation, { name: label, format, seenAt: now });
     if (known) return;
     this.deps.log.warn("cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance", {
