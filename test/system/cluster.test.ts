@@ -140,6 +140,13 @@ describe("what one instance shares reaches the others whole", () => {
       client(r).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content }], max_tokens: 2, prompt_cache_key: key }).withResponse();
     const first = where((await ask(a!, `${SALT} ${"the whole history of the session ".repeat(100)}`)).response);
     await until(async () => ((await status(b!)).cluster!.events.applied > 0 ? true : undefined), "b to apply a's commit");
+    // ... and a load report a sent after it: until then b counts a's request as still
+    // prefilling there (by design), and the session's replica looks busier than it is.
+    const applied = Date.now();
+    await until(async () => {
+      const r0 = (await status(b!)).cluster!.instances.find((i) => i.name === "r0");
+      return r0 && Date.now() - r0.last_heartbeat_ms > applied ? true : undefined;
+    }, "a load report from a after its commit");
     // A rewritten (compacted) history: only the session key says where it ran.
     expect(where((await ask(b!, `${SALT} ${"a short summary of it ".repeat(40)}`)).response)).toEqual({ replica: first.replica, route: "session" });
     for (const r of [a!, b!]) expect((await status(r)).cluster!.events).toMatchObject({ malformed: 0, unencodable: 0 });
