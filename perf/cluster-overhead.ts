@@ -102,8 +102,8 @@ console.log(`${values.redis} ${/(?:redis|valkey)_version:(\S+)/.exec(version)?.[
     const w = new BatchWriter();
     const t = performance.now();
     for (let i = 0; i < SAMPLES; i++) {
-      w.add({ kind: "commit", at: Date.now(), replica: "gpu0", continued: true, chains: [chain] });
-      if (w.events === 16) Buffer.from(w.take()).toString("base64");
+      w.add({ kind: "commit", at: Date.now(), replica: "gpu0", commit: i + 1, continued: true, chains: [chain] });
+      if (w.events === 16) Buffer.from(w.take(Date.now())).toString("base64");
     }
     return { links: chain.length, ms: (performance.now() - t) / SAMPLES };
   };

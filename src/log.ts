@@ -124,3 +124,12 @@ export function memoryLog(): Log & { records: { level: Level; msg: string; field
   const push = (level: Level) => (msg: string, fields: Fields = {}) => records.push({ level, msg, fields });
   return { records, debug: push("debug"), info: push("info"), warn: push("warn"), error: push("error") };
 }
+
+/**
+ * A client-chosen name (a model, an id) for a log line: at most 80 characters, and how long
+ * it was. A client can send megabytes in one; a log line should not carry them.
+ */
+export function clip(name: string | undefined): string | undefined {
+  if (name === undefined || name.length <= 80) return name;
+  return `${name.slice(0, 80)}… (${name.length} characters)`;
+}

@@ -20,10 +20,10 @@
  */
 import { RedisClient } from "bun";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
-import type { Log } from "../log.ts";
+import { clip, type Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
-import { BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
+import { BATCH_FORMAT, BatchFormatError, BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
 import { mergeLoad, PeerTable } from "./load.ts";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
 
@@ -74,6 +74,15 @@ const SETTLE_MS = 5;
 const LOAD_GAP_MS = 50;
 /** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
 const LOOKUP_TIMEOUT_MS = 250;
+/**
+ * A published stream id further ahead of Redis's clock than this is not taken on trust (a
+ * forged or damaged message): stored as the id applied up to, it would make every later
+ * event look old. The stream is asked whether it holds it (an id ahead of a clock that was
+ * set back is real: the stream keeps its ids growing).
+ */
+const MAX_ID_AHEAD_MS = 60_000;
+/** Instances of another version named in /status at most (each is also logged once). */
+const MAX_OTHER_VERSIONS = 16;
 
 interface Session {
   cmd: RedisClient;
@@ -104,7 +113,12 @@ export interface ClusterStatus {
   lag_ms: number;
   applied_id: string;
   backlog_events: number;
-  events: { sent: number; applied: number; dropped: number; malformed: number };
+  /**
+   * sent, applied: events; dropped: events lost while Redis was away; malformed: entries;
+   * other_version: entries in another batch format (an instance of another llmroute version);
+   * unencodable: events this instance could not encode (left unshared).
+   */
+  events: { sent: number; applied: number; dropped: number; malformed: number; other_version: number; unencodable: number };
   disconnects: number;
   snapshot: { at: string; by: string; bytes: number } | null;
   catch_up: { ms: number; restored_entries: number; replayed_events: number; complete: boolean } | null;
@@ -123,8 +137,15 @@ export class Cluster {
   private wake?: () => void;
 
   private epoch?: string;
-  /** The stream id applied up to. */
+  /** The stream id applied up to: only ever one Redis gave (see applyEntry). */
   private lastId = "0-0";
+  /** Redis's clock minus this one's (ms), measured at connect; undefined if Redis would not say. */
+  private redisOffset?: number;
+  /** Published ids too far ahead to take on trust, until the stream says whether it holds them. */
+  private readonly doubted = new Set<string>();
+  private verifying = false;
+  /** The id applied up to was found unusable: the next connect catches up from the snapshot. */
+  private resync = false;
   private readonly writer = new BatchWriter();
   private flushScheduled = false;
   private flushTimer?: ReturnType<typeof setTimeout>;
@@ -153,9 +174,12 @@ export class Cluster {
   private readonly snapshotMs: number;
   private readonly now: () => number;
   private readonly warnedNames = new Set<string>();
+  /** Instances (by incarnation) that write another batch format, while they report. */
+  private readonly otherVersions = new Map<string, { name: string; format: number; seenAt: number }>();
+  private firstEncodeError?: string;
 
   lagMs = 0;
-  readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, disconnects: 0 };
+  readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, other_version: 0, unencodable: 0, disconnects: 0 };
   snapshotInfo: { at: number; by: string; bytes: number } | null = null;
   catchUp: { ms: number; restoredEntries: number; replayedEvents: number; complete: boolean } | null = null;
   private caughtUp?: () => void;
@@ -184,15 +208,15 @@ export class Cluster {
 
   /** Where the router's learning goes: batched into the stream after the decision. */
   readonly sink: RouterSink = {
-    commit: (chains, replica, at, continued, session) =>
-      this.emit({ kind: "commit", at, replica, continued, chains, ...(session === undefined ? {} : { session }) }),
+    commit: (chains, replica, at, tag, continued, session) =>
+      this.emit({ kind: "commit", at, replica, commit: tag, continued, chains, ...(session === undefined ? {} : { session }) }),
     forget: (replica) => this.emit({ kind: "forget", at: this.now(), replica }),
     forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
     response: (id, replica) => {
       this.emit({ kind: "response", at: this.now(), replica, id });
       this.responseKeys.push([id, replica]);
     },
-    retract: (chains, replica, at, created) => this.emit({ kind: "retract", at, replica, chains, created }),
+    retract: (chains, replica, tag, created) => this.emit({ kind: "retract", at: this.now(), replica, commit: tag, chains, created }),
   };
 
   /** Redis host and port, without credentials (for logs and /status). */
@@ -337,6 +361,14 @@ export class Cluster {
     }
     if (this.counts.dropped > 0) warnings.push(`${plural(this.counts.dropped, "event")} dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
     for (const name of this.warnedNames) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
+    for (const o of this.otherVersions.values()) {
+      warnings.push(
+        `instance ${o.name} runs another llmroute version (events in format ${o.format}, this one's in ${BATCH_FORMAT}): neither reads the other's routing knowledge; run one version on every instance`,
+      );
+    }
+    if (this.counts.unencodable > 0) {
+      warnings.push(`${plural(this.counts.unencodable, "event")} could not be encoded and ${this.counts.unencodable === 1 ? "was" : "were"} not shared (the first: ${this.firstEncodeError})`);
+    }
     return {
       name: this.settings.name,
       redis: this.where,
@@ -348,7 +380,14 @@ export class Cluster {
       lag_ms: self.lag_ms,
       applied_id: this.lastId,
       backlog_events: this.backlogEvents(),
-      events: { sent: this.counts.sent, applied: this.counts.applied, dropped: this.counts.dropped, malformed: this.counts.malformed },
+      events: {
+        sent: this.counts.sent,
+        applied: this.counts.applied,
+        dropped: this.counts.dropped,
+        malformed: this.counts.malformed,
+        other_version: this.counts.other_version,
+        unencodable: this.counts.unencodable,
+      },
       disconnects: this.counts.disconnects,
       snapshot: this.snapshotInfo ? { at: new Date(this.snapshotInfo.at).toISOString(), by: this.snapshotInfo.by, bytes: this.snapshotInfo.bytes } : null,
       catch_up: this.catchUp
@@ -423,6 +462,8 @@ export class Cluster {
       watch(session.sub);
 
       const started = this.now();
+      this.redisOffset = await this.redisClock(cmd);
+      if (!this.plausible(this.lastId)) this.restart(`the stream id this instance applied up to (${this.lastId}) is ahead of Redis's clock`);
       await withTimeout(cmd.send("SET", [this.keys.epoch, crypto.randomUUID(), "NX"]), STALL_MS);
       const epoch = (await withTimeout(cmd.get(this.keys.epoch), STALL_MS)) ?? "";
       const meta = parseMeta(await withTimeout(cmd.get(this.keys.meta), STALL_MS));
@@ -436,10 +477,12 @@ export class Cluster {
         this.lastId = "0-0";
         this.wantSnapshot = true;
         this.deps.log.warn("cluster: Redis lost the shared state (restarted empty?); re-sharing this instance's view", { redis: this.where });
-      } else if (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0) {
-        // Away long enough that what it missed was trimmed: the snapshot has it.
-        restored = await this.restoreSnapshot(cmd);
+      } else if (this.resync || (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0)) {
+        // Away long enough that what it missed was trimmed, or its place in the stream was
+        // unusable: the snapshot has it.
+        if (meta) restored = await this.restoreSnapshot(cmd);
       }
+      this.resync = false;
       this.epoch = epoch;
       // Subscribe first, then read the stream: what is published meanwhile waits, and is
       // applied after what the stream held (both carry stream ids; none is applied twice).
@@ -511,7 +554,15 @@ export class Cluster {
   private async drain(s: Session): Promise<number> {
     let applied = 0;
     for (;;) {
-      const reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+      let reply: unknown;
+      try {
+        reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+      } catch (error) {
+        // Never expected (only Redis's own ids are kept), but fatal if it happened: every
+        // reconnect would fail the same way while Redis answers everything else.
+        if (/invalid stream id/i.test(describe(error))) this.restart(`Redis refused the stream id this instance applied up to (${this.lastId})`);
+        throw error;
+      }
       const entries = streamEntries(reply, this.keys.log);
       for (const [id, fields] of entries) {
         let from = "";
@@ -526,7 +577,11 @@ export class Cluster {
     }
   }
 
-  /** A batch as it was published: "<stream id> <incarnation> <payload>". */
+  /**
+   * A batch as it was published: "<stream id> <incarnation> <payload>". Anything can be
+   * published on the channel: an id that is not Redis's is dropped, and one too far ahead
+   * of Redis's clock is checked against the stream first.
+   */
   private onEvents(message: string): void {
     if (this.live) {
       this.live.push(message);
@@ -534,29 +589,93 @@ export class Cluster {
     }
     const a = message.indexOf(" ");
     const b = message.indexOf(" ", a + 1);
-    if (a < 0 || b < 0) {
-      this.counts.malformed++;
-      return;
-    }
-    this.applyEntry(message.slice(0, a), message.slice(a + 1, b), message.slice(b + 1));
+    if (a < 0 || b < 0) return this.malformed("not <id> <instance> <batch>", message.slice(0, 40));
+    const id = message.slice(0, a);
+    if (!isStreamId(id)) return this.malformed("not a stream id", id.slice(0, 40));
+    if (!this.plausible(id)) return this.doubt(id);
+    this.applyEntry(id, message.slice(a + 1, b), message.slice(b + 1));
+  }
+
+  private malformed(error: string, id: string): void {
+    this.counts.malformed++;
+    if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error });
+  }
+
+  /** Is `id` one Redis could have given by now? */
+  private plausible(id: string): boolean {
+    if (!isStreamId(id)) return false;
+    return this.redisOffset === undefined || idMs(id) <= this.now() + this.redisOffset + MAX_ID_AHEAD_MS;
+  }
+
+  /** Redis's clock minus this one's (TIME), or undefined when it does not say. */
+  private async redisClock(cmd: RedisClient): Promise<number | undefined> {
+    const before = this.now();
+    const reply = await withTimeout(cmd.send("TIME", []), STALL_MS).catch(() => undefined);
+    const after = this.now();
+    if (!Array.isArray(reply)) return undefined;
+    const ms = Number(reply[0]) * 1000 + Number(reply[1]) / 1000;
+    return Number.isFinite(ms) ? ms - (before + after) / 2 : undefined;
+  }
+
+  /**
+   * A published id far ahead of Redis's clock: not applied on its word. The stream is read
+   * (buffering what is published meanwhile, as when catching up): a real entry is applied
+   * from there; one the stream does not hold is dropped and counted.
+   */
+  private doubt(id: string): void {
+    this.doubted.add(id);
+    if (this.verifying) return;
+    this.verifying = true;
+    const s = this.session;
+    const buffer: string[] = [];
+    if (s && !s.dead) this.live = buffer;
+    const read = s && !s.dead ? this.drain(s) : Promise.resolve(0);
+    void read
+      .catch((error) => s?.fail(`stream read: ${describe(error)}`))
+      .finally(() => {
+        for (const doubted of this.doubted) this.malformed("a stream id the stream does not hold, ahead of Redis's clock", doubted);
+        this.doubted.clear();
+        this.verifying = false;
+        if (this.live !== buffer) return;
+        this.live = undefined;
+        for (const message of buffer) this.onEvents(message);
+      });
+  }
+
+  /** The id applied up to is unusable: start again from the snapshot and the stream since it. */
+  private restart(reason: string): void {
+    this.deps.log.warn("cluster: catching up again from the snapshot", { reason });
+    this.lastId = "0-0";
+    this.resync = true;
   }
 
   /** One stream entry, once: entries at or before `lastId` were applied already. */
   private applyEntry(id: string, from: string, payload: string): number {
     if (compareIds(id, this.lastId) <= 0) return 0;
+    this.doubted.delete(id);
     this.lastId = id;
     if (from === this.incarnation) return 0;
+    let sentAt: number;
     let batch: ClusterEvent[];
     try {
-      batch = decodeBatch(Buffer.from(payload, "base64"));
+      ({ sentAt, events: batch } = decodeBatch(Buffer.from(payload, "base64")));
     } catch (error) {
-      this.counts.malformed++;
-      if (this.counts.malformed === 1) this.deps.log.warn("cluster: dropped a malformed stream entry", { id, error: describe(error) });
+      if (error instanceof BatchFormatError) {
+        this.counts.other_version++;
+        this.noteOtherVersion(from, error.format);
+        return 0;
+      }
+      this.malformed(describe(error), id);
       return 0;
     }
     const now = this.now();
+    // The sender's times become this clock's: as long ago as they were when it sent them.
+    // Its clock may be off by an hour; taken as they are, its commits would stand an hour in
+    // the future and hold every later entry there (a list is kept in time order), out of
+    // the TTL's reach. (Time in transit, usually milliseconds, is not counted.)
+    const local = (at: number) => now - Math.max(0, sentAt - at);
     for (const event of batch) {
-      this.apply(event);
+      this.apply(event, local);
       if (event.kind === "commit") this.peers.noteCommit(from, event.replica, event.at, now);
       this.lagMs = Math.max(0, now - event.at);
     }
@@ -564,25 +683,25 @@ export class Cluster {
     return batch.length;
   }
 
-  private apply(event: ClusterEvent): void {
+  private apply(event: ClusterEvent, local: (at: number) => number): void {
     const { router, fleet } = this.deps;
     // Replicas this instance does not serve (configs may differ during a rollout) are not mirrored.
     if (!fleet.byName(event.replica)) return;
     switch (event.kind) {
       case "commit":
-        router.applyCommit(event.chains, event.replica, event.at, event.continued, event.session);
+        router.applyCommit(event.chains, event.replica, local(event.at), event.commit, event.continued, event.session);
         break;
       case "forget":
         router.forget(event.replica, false);
         break;
       case "forget-used-by":
-        router.index.forgetUsedBy(event.replica, event.usedBy);
+        router.index.forgetUsedBy(event.replica, local(event.usedBy));
         break;
       case "response":
         router.rememberResponse(event.id, event.replica, false);
         break;
       case "retract":
-        router.applyRetract(event.chains, event.replica, event.at, event.created);
+        router.applyRetract(event.chains, event.replica, event.commit, event.created);
         break;
     }
   }
@@ -594,8 +713,20 @@ export class Cluster {
    */
   private emit(event: ClusterEvent): void {
     if (this.stopped) return;
-    if (this.writer.empty) this.batchSince = event.at;
-    this.writer.add(event);
+    const first = this.writer.empty;
+    try {
+      this.writer.add(event);
+    } catch (error) {
+      // Sharing must never fail the request it learned from (this runs inside Router.commit):
+      // the event is left out whole (the writer took it back), counted, and the first logged.
+      this.counts.unencodable++;
+      if (this.counts.unencodable === 1) {
+        this.firstEncodeError = describe(error);
+        this.deps.log.warn("cluster: an event could not be encoded; it is not shared (counted in /status)", { kind: event.kind, replica: event.replica, error: this.firstEncodeError });
+      }
+      return;
+    }
+    if (first) this.batchSince = event.at;
     if (event.kind === "response") {
       if (this.flushTimer) clearTimeout(this.flushTimer);
       this.flushTimer = undefined;
@@ -617,7 +748,7 @@ export class Cluster {
     this.lastFlushAt = this.now();
     if (!this.writer.empty) {
       const events = this.writer.events;
-      const bytes = this.writer.take();
+      const bytes = this.writer.take(this.now());
       const payload = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
       this.outbox.push({ payload, events });
       this.outboxBytes += payload.length;
@@ -663,7 +794,7 @@ export class Cluster {
     for (const x of this.deps.fleet.replicas) {
       r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0, measured(x) ? Math.round(x.prefill.rate) : 0];
     }
-    return { v: 1, i: this.incarnation, n: this.settings.name, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
+    return { v: 1, i: this.incarnation, n: this.settings.name, f: BATCH_FORMAT, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
   }
 
   private publishLoad(): void {
@@ -690,13 +821,37 @@ export class Cluster {
     }
     const known = this.peers.list(now).some((p) => p.incarnation === m.i);
     this.peers.update(m, now);
+    // Instances before batch format 2 sent no format: they write (and read) format 1.
+    if (!m.bye && (m.f ?? 1) !== BATCH_FORMAT) this.noteOtherVersion(m.i, m.f ?? 1, m.n);
+    if (m.bye) this.otherVersions.delete(m.i);
     if (!known && !m.bye) this.deps.log.info("cluster: instance seen", { instance: m.n });
     if (m.bye) this.deps.log.info("cluster: instance left", { instance: m.n });
+  }
+
+  /**
+   * Another instance writes a batch format this one cannot read (nor it this one's): a
+   * rolling upgrade, or a forgotten instance. Said once per instance in the log, and in
+   * /status while it keeps reporting.
+   */
+  private noteOtherVersion(incarnation: string, format: number, name?: string): void {
+    const now = this.now();
+    const known = this.otherVersions.get(incarnation);
+    // Anything can be published: a flood of made-up instances is not remembered without bound.
+    if (!known && this.otherVersions.size >= MAX_OTHER_VERSIONS) return;
+    const label = clip(name ?? known?.name ?? this.peers.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`)!;
+    this.otherVersions.set(incarnation, { name: label, format, seenAt: now });
+    if (known) return;
+    this.deps.log.warn("cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance", {
+      instance: label,
+      its_format: format,
+      this_format: BATCH_FORMAT,
+    });
   }
 
   private heartbeat(): void {
     const now = this.now();
     for (const name of this.peers.expire(now)) this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
+    for (const [incarnation, o] of this.otherVersions) if (now - o.seenAt > this.heartbeatMs * PEER_TTL_BEATS) this.otherVersions.delete(incarnation);
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return;
     // Our own heartbeats come back on the subscription; when they stop, it is dead. A write
@@ -742,9 +897,11 @@ export class Cluster {
     try {
       const { header, index } = decodeSnapshot(blob);
       const keep = (name: string) => this.deps.fleet.byName(name) !== undefined;
-      const { restored } = this.deps.router.index.restore(index, keep);
+      // Its entries as old as they were when it was taken, by whichever clock took it.
+      const { restored } = this.deps.router.index.restore(index, keep, { now: this.now(), takenAt: header.at });
       for (const [id, replica] of header.responses) if (keep(replica)) this.deps.router.rememberResponse(id, replica, false);
-      this.lastId = header.id;
+      if (this.plausible(header.id)) this.lastId = header.id;
+      else this.deps.log.warn("cluster: the shared snapshot's stream id is ahead of Redis's clock; reading the whole stream after it", { id: header.id.slice(0, 40) });
       this.snapshotInfo = { at: header.at, by: header.by, bytes: blob.byteLength };
       return restored;
     } catch (error) {
@@ -772,11 +929,29 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
-/** Stream ids "ms-seq" compared as numbers. */
+const STREAM_ID = /^(\d{1,20})-(\d{1,20})$/;
+const U64_MAX = 0xffff_ffff_ffff_ffffn;
+
+/** A stream id as Redis writes them: "<ms>-<seq>", each an unsigned 64-bit number. */
+export function isStreamId(id: string): boolean {
+  const m = STREAM_ID.exec(id);
+  return m !== null && BigInt(m[1]!) <= U64_MAX && BigInt(m[2]!) <= U64_MAX;
+}
+
+function idMs(id: string): number {
+  return Number(STREAM_ID.exec(id)?.[1] ?? Number.NaN);
+}
+
+/** Stream ids "ms-seq" compared as numbers (exactly: they are 64-bit); anything else sorts first. */
 export function compareIds(a: string, b: string): number {
-  const [am = 0, as = 0] = a.split("-").map(Number);
-  const [bm = 0, bs = 0] = b.split("-").map(Number);
-  return am !== bm ? am - bm : as - bs;
+  const parts = (id: string): [bigint, bigint] => {
+    const m = STREAM_ID.exec(id);
+    return m ? [BigInt(m[1]!), BigInt(m[2]!)] : [-1n, -1n];
+  };
+  const [am, as] = parts(a);
+  const [bm, bs] = parts(b);
+  const d = am !== bm ? am - bm : as - bs;
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
 }
 
 /** XREAD's reply for one stream as [id, fields] pairs: a RESP3 map or a RESP2 array. */

@@ -41,10 +41,14 @@ function parseValue(text: string): number | undefined {
   return Number.isNaN(v) && text !== "NaN" ? undefined : v;
 }
 
-/** Sum over every label set (vLLM data-parallel engines report one series each). */
+/**
+ * Sum over every label set (vLLM data-parallel engines report one series each). NaN and ±Inf
+ * are missing values: the text format allows them (a client library writes a gauge set to
+ * one as such), and a sum or a load computed with one is not a number any more.
+ */
 export function total(metrics: Map<string, Sample[]>, name: string): number | undefined {
-  const samples = metrics.get(name);
-  return samples ? samples.reduce((sum, s) => sum + s.value, 0) : undefined;
+  const samples = metrics.get(name)?.filter((s) => Number.isFinite(s.value));
+  return samples && samples.length > 0 ? samples.reduce((sum, s) => sum + s.value, 0) : undefined;
 }
 
 /** The signal catalogue per family, from the profiles (src/engines/<family>.ts). */
@@ -76,15 +80,12 @@ export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Sig
       continue;
     }
     reading.found[signal] = name;
-    // A NaN or infinite sample is a missing value, not a number to compare.
-    const finite = metrics.get(name)!.filter((s) => Number.isFinite(s.value));
-    if (finite.length === 0) {
-      reading.missing.push(signal);
-      continue;
-    }
-    const sum = finite.reduce((a, s) => a + s.value, 0);
+    // Found but not a number (NaN, ±Inf): no value, as if the engine had not said.
+    const sum = total(metrics, name);
+    if (sum === undefined) continue;
+    const series = metrics.get(name)!.filter((s) => Number.isFinite(s.value)).length;
     // Ratios are averaged over data-parallel engines; counts and gauges of requests add up.
-    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / finite.length : sum;
+    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / series : sum;
   }
   return reading;
 }

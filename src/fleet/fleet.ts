@@ -12,7 +12,7 @@
  * never because of a failed request. No timers here; the caller owns the schedule.
  */
 import { DEFAULT_METRICS_PATH, type ReplicaConfig } from "../config.ts";
-import type { Log } from "../log.ts";
+import { clip, type Log } from "../log.ts";
 import { discoverEngine, readMetricsAnswer, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
 import { profileOf } from "../engines/index.ts";
 import { readEngine, total, type EngineReading, type Sample } from "../engines/metrics.ts";
@@ -181,7 +181,9 @@ export class Replica {
    * Learn the engine's tokenisation from a response: the ratio of decayed sums, so large
    * prompts (the ones that fill the KV) dominate and a burst of short ones, whose chat
    * template overhead skews their own ratio, barely moves it. Short prompts are skipped and
-   * the default kept until enough tokens were seen (see CALIBRATION_MIN_TOKENS).
+   * the default kept until enough tokens were seen (see CALIBRATION_MIN_TOKENS). `chars`
+   * must be the whole prompt the engine counted (the proxy skips previous_response_id
+   * follow-ups, whose stored conversation it never sees).
    */
   observeTokens(chars: number, promptTokens: number): void {
     if (!(promptTokens >= CALIBRATION_MIN_SAMPLE_TOKENS) || !(chars > 0)) return;
@@ -244,8 +246,12 @@ export class Fleet {
   replicas: Replica[];
   /** Requests routed while every replica of their pool was down. */
   panicRoutes = 0;
-  /** Models (by name, "" for requests naming none) in panic mode now; logged when it starts and ends. */
-  readonly panicking = new Set<string>();
+  /**
+   * Pools in panic mode, logged when it starts and ends, by their replicas' names (never by
+   * the model a client named: any name reaches a replica whose model list is unknown, and
+   * 200 names would be 200 pools). Settled whenever health changes (see `inPanic`).
+   */
+  readonly panicking = new Map<string, { replicas: string[]; model?: string }>();
   private readonly fetch: FetchLike;
   private readonly now: () => number;
 
@@ -320,13 +326,12 @@ export class Fleet {
     view: (r: Replica) => FleetView = (r) => r.view(),
   ): { views: FleetView[]; panic: boolean } {
     const panic = pool.length > 0 && !pool.some((r) => r.routable);
-    const key = model ?? "";
+    this.settlePanic();
+    const names = pool.map((r) => r.name);
+    const key = names.join(",");
     if (panic && !this.panicking.has(key)) {
-      this.panicking.add(key);
-      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model, replicas: pool.map((r) => r.name).join(",") });
-    } else if (!panic && this.panicking.has(key) && pool.some((r) => r.healthy)) {
-      this.panicking.delete(key);
-      this.options.log.info("panic mode over: a replica is up", { model });
+      this.panicking.set(key, { replicas: names, ...(model === undefined ? {} : { model }) });
+      this.options.log.warn("panic mode: every replica is down; routing to all of them", { model: clip(model), replicas: key });
     }
     const views = pool.map((r) => {
       const v = view(r);
@@ -344,6 +349,23 @@ export class Fleet {
       });
     }
     return { views, panic };
+  }
+
+  /** Is some pool in panic mode now (every replica of it down)? From current health, not from the last request. */
+  inPanic(): boolean {
+    this.settlePanic();
+    return this.panicking.size > 0;
+  }
+
+  /** Pools whose replicas are routable again (or were reloaded away) leave panic mode. */
+  private settlePanic(): void {
+    for (const [key, p] of this.panicking) {
+      const now = p.replicas.map((name) => this.byName(name));
+      if (now.some((r) => r === undefined) || now.some((r) => r!.routable)) {
+        this.panicking.delete(key);
+        this.options.log.info("panic mode over: a replica is up", { model: clip(p.model), replicas: key });
+      }
+    }
   }
 
   /** A request was sent to `replica`: on a half-open one, it is the trial. */
@@ -438,6 +460,7 @@ export class Fleet {
       replica.trial = false;
       this.options.log.info("replica half-open: health check passed; the next request is a trial", { replica: replica.name });
     }
+    this.settlePanic();
   }
 
   private up(replica: Replica, msg: string): void {

@@ -50,9 +50,10 @@ export class PrefillQueue {
   }
 
   /**
-   * The request's first byte arrived after `ttftMs` (streamed), or it ended without one
-   * (failed, cancelled, or not streamed: then the first byte is the whole answer and times
-   * nothing about prefill — pass undefined).
+   * The request's first byte arrived after `ttftMs` (a 2xx streamed answer to a prompt), or
+   * it ended without one: failed, cancelled, answered an error (which prefilled nothing), or
+   * not streamed (the first byte is the whole answer and times nothing about prefill) — pass
+   * undefined.
    */
   end(id: number, ttftMs?: number): void {
     const p = this.pending.get(id);

@@ -92,10 +92,10 @@ export class Telemetry {
     r.gauge("llmroute_cluster_sync_lag_seconds", "How old the newest event from another instance was when this instance applied it.", cluster((c) => c.lagMs / 1000));
     r.gauge("llmroute_cluster_backlog_events", "Events learned here and not yet shared (Redis away or slow).", cluster((c) => c.backlogEvents()));
     r.gauge("llmroute_cluster_disconnects_total", "Times this instance lost Redis.", cluster((c) => c.counts.disconnects), "counter");
-    r.gauge("llmroute_cluster_events_total", "Cluster events: sent (shared by this instance), applied (from others), dropped (backlog full), malformed.", () => {
+    r.gauge("llmroute_cluster_events_total", "Cluster events: sent (shared by this instance), applied (from others), dropped (backlog full), malformed, other_version (from an instance of another llmroute version), unencodable (not shared).", () => {
       const c = this.live().cluster;
       if (!c) return [];
-      return (["sent", "applied", "dropped", "malformed"] as const).map((k): [Record<string, string>, number] => [{ direction: k }, c.counts[k]]);
+      return (["sent", "applied", "dropped", "malformed", "other_version", "unencodable"] as const).map((k): [Record<string, string>, number] => [{ direction: k }, c.counts[k]]);
     }, "counter");
     const engine = (signal: "running" | "waiting" | "kv_usage") =>
       replicas().flatMap((x): [Record<string, string>, number][] => {
@@ -201,7 +201,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
-      panic: fleet.panicking.size > 0,
+      panic: fleet.inPanic(),
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       health_interval_s: config.health.interval_ms / 1000,

@@ -9,7 +9,7 @@
  */
 import type { Config } from "../config.ts";
 import { describeFetchError, type FetchLike, type Failure, type Fleet, type Replica } from "../fleet/fleet.ts";
-import type { Log } from "../log.ts";
+import { clip, type Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
@@ -142,7 +142,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     deps.onRecord?.(r);
     log.info("request", {
       endpoint: r.endpoint,
-      model: r.model,
+      model: clip(r.model),
       replica: r.replica,
       route: r.route,
       status: r.status,
@@ -201,11 +201,19 @@ export function createProxy(deps: ProxyDeps): Proxy {
 
     let shape = shapeOf(endpoint, body, { tenant: req.headers.get("x-llmroute-tenant"), session: req.headers.get("x-session-id") });
     const responseId = RESPONSE_PATH.exec(url.pathname)?.[1];
-    if (responseId) shape = { ...shape, previousResponseId: decodeURIComponent(responseId) };
+    if (responseId) {
+      let id: string;
+      try {
+        id = decodeURIComponent(responseId);
+      } catch {
+        return reject(url, 400, `the response id in the path is not valid percent-encoding: ${clip(responseId)}`, started);
+      }
+      shape = { ...shape, previousResponseId: id };
+    }
     // The pool is this request's snapshot: a reload may replace fleet.replicas meanwhile.
     const pool = fleet.pool(shape.model);
     if (shape.model !== undefined && pool.length === 0) {
-      return reject(url, 404, `The model \`${shape.model}\` does not exist on any replica.`, started, "model");
+      return reject(url, 404, `The model \`${clip(shape.model)}\` does not exist on any replica.`, started, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
     let withUsage: Uint8Array | undefined | null = null;
@@ -410,8 +418,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return fail();
     }
     const ttftMs = now() - ctx.started;
-    // A streamed response's first byte ends its prefill; a whole answer says nothing about it.
-    replica.prefill.end(prefill, ctx.shape.stream ? now() - dispatched : undefined);
+    // A streamed answer's first byte ends its prefill. A whole answer says nothing about it,
+    // nor does an error (a 400 for a prompt over the context comes at once, prefilling
+    // nothing: taken as a sample, one made a replica's rate ten times too fast).
+    const prefilled = ctx.shape.stream && ctx.shape.endpoint !== "other" && res.status >= 200 && res.status < 300;
+    replica.prefill.end(prefill, prefilled ? now() - dispatched : undefined);
     deps.cluster?.loadChanged();
     // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
     if (res.status < 500) fleet.succeeded(replica);
@@ -441,7 +452,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
       // A replica a reload removed is not remembered for anything.
       if (!replica.removed) {
         if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
-        if (usage.promptTokens && est.totalChars > 0) replica.observeTokens(est.totalChars, usage.promptTokens);
+        // A previous_response_id follow-up's prompt_tokens count the stored conversation, of
+        // which the router saw only the new input: learnt from, the ratio collapses.
+        if (usage.promptTokens && est.totalChars > 0 && !ctx.shape.previousResponseId) replica.observeTokens(est.totalChars, usage.promptTokens);
         if (res.status < 300) {
           const profile = replica.profile;
           const endpoint = ctx.shape.endpoint;

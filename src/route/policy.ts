@@ -118,7 +118,9 @@ export function spread(replicas: readonly ReplicaView[], ctx: PolicyContext): De
 export function leastLoaded(replicas: readonly ReplicaView[], ctx: PolicyContext): Decision | undefined {
   const up = live(replicas);
   if (up.length === 0) return undefined;
-  const min = Math.min(...up.map((r) => r.load));
-  const tied = up.filter((r) => r.load === min);
+  // A load that is not a number (a bad engine reading) ranks last, and never leaves no choice.
+  const load = (r: ReplicaView) => (Number.isFinite(r.load) ? r.load : Infinity);
+  const min = Math.min(...up.map(load));
+  const tied = up.filter((r) => load(r) === min);
   return { replica: tied[ctx.counter % tied.length]!.name, reason: "load", usedCounter: true };
 }

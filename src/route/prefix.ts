@@ -1,8 +1,8 @@
 /**
  * The index of which replica holds which prompt prefix: (link hash, replica) → last use.
  *
- * Laid out in typed arrays (one slot per entry, ~51 bytes in all) so a million entries fit in
- * ~60 MB and no garbage is made per request. Each replica keeps its own LRU list, oldest
+ * Laid out in typed arrays (one slot per entry, ~55 bytes in all) so a million entries fit in
+ * ~64 MB and no garbage is made per request. Each replica keeps its own LRU list, oldest
  * first, and its own budget in characters (its `kv_tokens` × characters per token): only
  * the newest run of a card's list that fits its budget is matched — when its remembered
  * prefixes outgrow what the card can hold, its least recently used ones stop counting as
@@ -15,6 +15,11 @@
  * The capacity figures (the working set of recently active conversations per replica and
  * for the fleet with shared prefixes once) are kept incrementally as entries enter and
  * leave the window, so reading them costs O(entries that left the window), not a scan.
+ *
+ * Each entry also keeps the tag of the commit that last recorded it (4 bytes), so a commit
+ * the replica never computed is taken back by its identity, not by its time: two commits
+ * in one millisecond, or a commit whose time was moved up to keep the list ordered (a
+ * cluster peer's, applied after local ones), are told apart.
  */
 import { chainChars, type PrefixChain } from "./chain.ts";
 
@@ -69,6 +74,8 @@ export class PrefixIndex {
   /** Length of the last partial tail chunk recorded right after this link (completions continuation). */
   private tail = new Uint32Array(0);
   private last = new Float64Array(0);
+  /** The tag of the commit that last recorded the entry (0: none, e.g. restored from a v1 snapshot). */
+  private commit = new Uint32Array(0);
   private parent = new Int32Array(0);
   private children = new Int32Array(0);
   private prev = new Int32Array(0);
@@ -109,7 +116,7 @@ export class PrefixIndex {
 
   /** Bytes held by the index's arrays (what one entry costs: memoryBytes / capacity). */
   memoryBytes(): number {
-    const perEntry = 4 + 4 + 2 + 1 + 4 + 4 + 8 + 4 + 4 + 4 + 4;
+    const perEntry = 4 + 4 + 2 + 1 + 4 + 4 + 8 + 4 + 4 + 4 + 4 + 4;
     return this.capacity * perEntry + this.slots.byteLength + this.fleet.memoryBytes();
   }
 
@@ -144,8 +151,12 @@ export class PrefixIndex {
     return e === NIL ? 0 : this.tail[e]!;
   }
 
-  /** Remember that `replica` now holds every prefix in `chain` (sent by a continuation or not). */
-  record(chain: PrefixChain, replica: string, now: number, continued = false): number {
+  /**
+   * Remember that `replica` now holds every prefix in `chain` (sent by a continuation or
+   * not), recorded by the commit tagged `commit` (non-zero to be taken back by `retract`).
+   * Returns how many links it created.
+   */
+  record(chain: PrefixChain, replica: string, now: number, continued = false, commit = 0): number {
     const n = chain.length;
     if (n === 0) return 0;
     const r = this.idOf(replica);
@@ -181,6 +192,7 @@ export class PrefixIndex {
         this.flags[e] = f | add;
       }
       this.last[e] = now;
+      this.commit[e] = commit;
       this.append(e);
       this.enterWindow(e);
     }
@@ -189,18 +201,19 @@ export class PrefixIndex {
   }
 
   /**
-   * Take back what `record(chain, replica, at)` created, when the replica turned out never
-   * to compute the prompt (it refused it, or answered an error): its `created` deepest
-   * links, each while it is still a leaf last used at `at` (a later commit of the same
-   * prompt keeps them). Links the record only touched stay: the replica held them anyway.
+   * Take back what the record tagged `commit` created, when the replica turned out never to
+   * compute the prompt (it refused it, or answered an error): its `created` deepest links,
+   * each while it is still a leaf last recorded by that commit (a later commit of the same
+   * prompt, even within the same millisecond, keeps them). Links the record only touched
+   * stay: the replica held them anyway.
    */
-  retract(chain: PrefixChain, replica: string, created: number, at: number): number {
+  retract(chain: PrefixChain, replica: string, created: number, commit: number): number {
     const r = this.ids.get(replica);
-    if (r === undefined) return 0;
+    if (r === undefined || commit === 0) return 0;
     let removed = 0;
     for (let i = chain.length - 1; i >= chain.length - created; i--) {
       const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
-      if (e === NIL || this.children[e] !== 0 || this.last[e] !== at) break;
+      if (e === NIL || this.children[e] !== 0 || this.commit[e] !== commit) break;
       this.remove(e);
       removed++;
     }
@@ -340,9 +353,10 @@ export class PrefixIndex {
   /**
    * Every entry in a compact binary form, each replica's oldest first, so `restore` rebuilds
    * the same LRU order. Layout (little-endian): "LRIX", version, entry count, replica count,
-   * the replica names (u16 length + UTF-8), then one 32-byte record per entry: hash lo, hash
+   * the replica names (u16 length + UTF-8), then one 36-byte record per entry: hash lo, hash
    * hi, replica id (u16), flags (u8), pad, delta chars, tail chars, last use (f64 ms), parent
-   * position (i32, −1 = none).
+   * position (i32, −1 = none), commit tag (u32; version 2 on — version 1's records are 32
+   * bytes without it, and still restore).
    */
   snapshot(): Uint8Array {
     const encoder = new TextEncoder();
@@ -374,6 +388,7 @@ export class PrefixIndex {
         view.setUint32(at + 16, this.tail[e]!, true);
         view.setFloat64(at + 20, this.last[e]!, true);
         view.setInt32(at + 28, this.parent[e] === NIL ? NIL : position[this.parent[e]!]!, true);
+        view.setUint32(at + 32, this.commit[e]!, true);
         at += RECORD_BYTES;
       }
     }
@@ -384,14 +399,26 @@ export class PrefixIndex {
    * Load a snapshot's entries for the replicas `keep` accepts. Every record is checked; one
    * that is malformed, or whose parent is missing, newer-ordered or dropped, is skipped and
    * counted (with its descendants), so what is loaded stays prefix-closed.
+   *
+   * `clock`: this index's time now, and when the snapshot was taken by the clock that wrote
+   * it (another instance's). Each entry is then as old here as it was there, and never
+   * newer than now: a snapshot from a clock ahead cannot pin entries in the future, where
+   * `evict` would never reach them.
    */
-  restore(bytes: Uint8Array, keep: (replica: string) => boolean): { restored: number; skipped: number } {
+  restore(bytes: Uint8Array, keep: (replica: string) => boolean, clock?: { now: number; takenAt?: number }): { restored: number; skipped: number } {
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const bad = () => {
       throw new RangeError("not an llmroute index snapshot (or a truncated one)");
     };
     if (bytes.byteLength < 16 || !MAGIC.every((b, i) => bytes[i] === b)) bad();
-    if (view.getUint32(4, true) !== SNAPSHOT_VERSION) throw new RangeError(`index snapshot version ${view.getUint32(4, true)} is not ${SNAPSHOT_VERSION}`);
+    const version = view.getUint32(4, true);
+    if (version !== SNAPSHOT_VERSION && version !== 1) throw new RangeError(`index snapshot version ${version} is not ${SNAPSHOT_VERSION} (nor 1)`);
+    const recordBytes = version === 1 ? 32 : RECORD_BYTES;
+    const localTime = (last: number) => {
+      if (!clock) return last;
+      const t = clock.takenAt === undefined ? last : clock.now - Math.max(0, clock.takenAt - last);
+      return Math.min(t, clock.now);
+    };
     const total = view.getUint32(8, true);
     const replicaCount = view.getUint32(12, true);
     const decoder = new TextDecoder("utf-8", { fatal: true });
@@ -404,11 +431,11 @@ export class PrefixIndex {
       names.push(decoder.decode(bytes.subarray(at + 2, at + 2 + len)));
       at += 2 + len;
     }
-    const available = Math.floor((bytes.byteLength - at) / RECORD_BYTES);
+    const available = Math.floor((bytes.byteLength - at) / recordBytes);
     const records = Math.min(total, available);
     let skipped = total - records;
     const base = at;
-    const rec = (i: number) => base + i * RECORD_BYTES;
+    const rec = (i: number) => base + i * recordBytes;
 
     // Newest first, so a parent's fate is known before its children's.
     const keepRecord = new Uint8Array(records);
@@ -442,7 +469,8 @@ export class PrefixIndex {
       const lo = view.getUint32(o, true);
       const hi = view.getUint32(o + 4, true);
       const newest = this.newest[r]!;
-      const at = Math.max(view.getFloat64(o + 20, true), newest === NIL ? 0 : this.last[newest]!);
+      const at = Math.max(localTime(view.getFloat64(o + 20, true)), newest === NIL ? 0 : this.last[newest]!);
+      const commit = version === 1 ? 0 : view.getUint32(o + 32, true);
       const found = this.find(lo, hi, r);
       if (found !== NIL) {
         // Known already: it takes the record's place in the order, so the restored children
@@ -452,6 +480,7 @@ export class PrefixIndex {
         this.flags[found]! |= view.getUint8(o + 10);
         this.unlink(found);
         this.last[found] = at;
+        this.commit[found] = commit;
         this.append(found);
         created[i] = found;
         continue;
@@ -460,6 +489,7 @@ export class PrefixIndex {
       this.flags[e]! |= view.getUint8(o + 10);
       this.tail[e] = view.getUint32(o + 16, true);
       this.last[e] = at;
+      this.commit[e] = commit;
       this.append(e);
       created[i] = e;
       restored++;
@@ -533,6 +563,7 @@ export class PrefixIndex {
     this.delta[e] = delta;
     this.tail[e] = 0;
     this.last[e] = 0;
+    this.commit[e] = 0;
     this.parent[e] = parent;
     this.children[e] = 0;
     this.prev[e] = NIL;
@@ -709,6 +740,7 @@ export class PrefixIndex {
     this.delta = copy(this.delta, (n) => new Uint32Array(n));
     this.tail = copy(this.tail, (n) => new Uint32Array(n));
     this.last = copy(this.last, (n) => new Float64Array(n));
+    this.commit = copy(this.commit, (n) => new Uint32Array(n));
     this.parent = copy(this.parent, (n) => new Int32Array(n));
     this.children = copy(this.children, (n) => new Int32Array(n));
     this.prev = copy(this.prev, (n) => new Int32Array(n));
@@ -727,8 +759,9 @@ export class PrefixIndex {
 }
 
 const MAGIC = [0x4c, 0x52, 0x49, 0x58]; // "LRIX"
-const SNAPSHOT_VERSION = 1;
-const RECORD_BYTES = 32;
+/** 2: each record carries its commit tag (36 bytes). */
+const SNAPSHOT_VERSION = 2;
+const RECORD_BYTES = 36;
 
 /** A multiset of 64-bit hashes with the characters each stands for: the fleet's distinct total. */
 class HashCounts {

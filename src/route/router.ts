@@ -19,24 +19,32 @@ export interface RouterOptions {
   cacheAware: CacheAwareOptions;
   /** Responses API ids remembered (LRU). */
   maxResponses?: number;
-  /** Session keys remembered (LRU). */
+  /** Session keys remembered (LRU; each costs a fixed size, whatever the client sent). */
   maxSessions?: number;
   random?: () => number;
+  /** Where this router's commit tags start (default random; see Router.commit). */
+  commitSeed?: number;
 }
 
 /**
  * Where a router's learning goes besides its own index: src/cluster shares it with the
- * other router instances. Called after the local state changed, never awaited.
+ * other router instances. Called after the local state changed, never awaited, inside the
+ * request path: an implementation must not throw (the cluster counts and logs its own
+ * failures, and the request goes on).
  */
 export interface RouterSink {
-  commit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void;
+  /**
+   * `tag`: the commit's identity (see Router.commit), by which a retract names it.
+   * `session`: the session key's 64-bit identity (see Router.sessionKey).
+   */
+  commit(chains: readonly PrefixChain[], replica: string, now: number, tag: number, continued: boolean, session?: bigint): void;
   /** The replica's cache is gone (it restarted): forget everything it held. */
   forget(replica: string): void;
   /** The engine evicted what the replica last used at or before `usedBy`. */
   forgetUsedBy(replica: string, usedBy: number): void;
   response(id: string, replica: string): void;
-  /** A commit made at `at` is taken back: the replica never computed it (see Router.commit). */
-  retract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): void;
+  /** The commit tagged `tag` is taken back: the replica never computed it (see Router.commit). */
+  retract(chains: readonly PrefixChain[], replica: string, tag: number, created: readonly number[]): void;
 }
 
 /** What the fleet knows of a replica; the router adds what its index knows. */
@@ -154,12 +162,15 @@ export class Router {
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;
   private readonly responses = new Map<string, string>();
-  private readonly sessions = new Map<string, string>();
+  /** Session identity (a 64-bit hash of the client's key) → the replica it last ran on. */
+  private readonly sessions = new Map<bigint, string>();
   private readonly truths = new Map<string, ReplicaTruth>();
   private readonly maxResponses: number;
   private readonly maxSessions: number;
   private readonly hasher: Hasher;
   private readonly random: () => number;
+  /** The last commit tag given out. */
+  private tag: number;
 
   constructor(options: RouterOptions) {
     this.policy = options.policy;
@@ -170,6 +181,7 @@ export class Router {
     this.maxResponses = options.maxResponses ?? 100_000;
     this.maxSessions = options.maxSessions ?? 100_000;
     this.random = options.random ?? Math.random;
+    this.tag = (options.commitSeed ?? Math.floor(Math.random() * 0x1_0000_0000)) >>> 0;
   }
 
   /** Choose a replica among `fleet` (already narrowed to the request's model), or none. */
@@ -226,7 +238,7 @@ export class Router {
       matches: () => matches,
       totalChars,
       continuation,
-      ...(input.shape.session ? { sessionReplica: this.sessions.get(sessionKey(input)) } : {}),
+      ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
     const decision = this.policy.choose(input, replicas, ctx);
@@ -235,30 +247,38 @@ export class Router {
     return estimate(final.replica, final);
   }
 
-  /** Record an acted-on decision: the replica now holds this prefix. */
+  /**
+   * Record an acted-on decision: the replica now holds this prefix. Each commit gets its own
+   * tag, which the index keeps on every link it records and a retract names: neither its
+   * time (two commits of one prompt can share a millisecond; a peer's commit applied after
+   * local ones is moved up in time) nor anything else identifies it. Tags count up from a
+   * random start, so instances sharing an index through the cluster almost never meet.
+   */
   commit(input: RouteInput, decision: Decision, now: number): Retract {
     if (decision.usedCounter) this.counter++;
-    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation));
-    if (input.shape.session) remember(this.sessions, sessionKey(input), decision.replica, this.maxSessions);
-    this.sink?.commit(input.chains, decision.replica, now, input.shape.continuation, input.shape.session ? sessionKey(input) : undefined);
+    const tag = this.nextTag();
+    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation, tag));
+    const session = input.shape.session ? this.sessionKey(input) : undefined;
+    if (session !== undefined) remember(this.sessions, session, decision.replica, this.maxSessions);
+    this.sink?.commit(input.chains, decision.replica, now, tag, input.shape.continuation, session);
     // A replica that never computed the prompt (refused, or answered an error) does not hold
     // it: left in the index, the next request there would be a "miss" that drops what the
     // replica really holds.
     return () => {
-      this.sink?.retract(input.chains, decision.replica, now, created);
-      return this.applyRetract(input.chains, decision.replica, now, created);
+      this.sink?.retract(input.chains, decision.replica, tag, created);
+      return this.applyRetract(input.chains, decision.replica, tag, created);
     };
   }
 
-  /** Take back a commit's new links (this instance's, or another's through the cluster). */
-  applyRetract(chains: readonly PrefixChain[], replica: string, at: number, created: readonly number[]): number {
-    return chains.reduce((n, chain, i) => n + this.index.retract(chain, replica, created[i] ?? 0, at), 0);
+  /** Take back the new links of the commit tagged `tag` (this instance's, or another's through the cluster). */
+  applyRetract(chains: readonly PrefixChain[], replica: string, tag: number, created: readonly number[]): number {
+    return chains.reduce((n, chain, i) => n + this.index.retract(chain, replica, created[i] ?? 0, tag), 0);
   }
 
-  /** Another router instance committed a decision: the same record, not shared again. */
-  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, continued: boolean, session?: string): void {
-    for (const chain of chains) this.index.record(chain, replica, now, continued);
-    if (session) remember(this.sessions, session, replica, this.maxSessions);
+  /** Another router instance committed a decision (at `now` on this instance's clock): the same record, not shared again. */
+  applyCommit(chains: readonly PrefixChain[], replica: string, now: number, tag: number, continued: boolean, session?: bigint): void {
+    for (const chain of chains) this.index.record(chain, replica, now, continued, tag);
+    if (session !== undefined) remember(this.sessions, session, replica, this.maxSessions);
   }
 
   /**
@@ -514,6 +534,23 @@ export class Router {
     return false;
   }
 
+  /** The next commit tag: never 0 (an untagged entry). */
+  private nextTag(): number {
+    this.tag = (this.tag + 1) >>> 0;
+    if (this.tag === 0) this.tag = 1;
+    return this.tag;
+  }
+
+  /**
+   * A session's identity: xxhash64 of tenant, model and the client's key. A client chooses
+   * the key (a header, `prompt_cache_key`, `metadata.user_id`) and may make it megabytes
+   * long: kept as it came, 100k remembered sessions could hold gigabytes, and a peer would
+   * receive each one whole. Eight bytes, whatever was sent.
+   */
+  private sessionKey(input: RouteInput): bigint {
+    return this.hasher.hash(`${input.shape.tenant}\u001f${input.shape.model ?? ""}\u001f${input.shape.session}`, SESSION_SEED);
+  }
+
   private spill(decision: Decision, replicas: readonly ReplicaView[]): Decision {
     if (this.maxInflight <= 0) return decision;
     const chosen = replicas.find((r) => r.name === decision.replica);
@@ -528,11 +565,10 @@ export class Router {
   }
 }
 
-function sessionKey(input: RouteInput): string {
-  return `${input.shape.tenant}\u001f${input.shape.model ?? ""}\u001f${input.shape.session}`;
-}
+/** Seeds the session hash apart from prefix identities (which start from tenant‖model). */
+const SESSION_SEED = 0x5e5510a0n;
 
-function remember(map: Map<string, string>, key: string, value: string, max: number): void {
+function remember<K>(map: Map<K, string>, key: K, value: string, max: number): void {
   map.delete(key);
   map.set(key, value);
   if (map.size > max) {

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "bun:test";
 import fc from "fast-check";
 import { BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage } from "../../src/cluster/codec.ts";
-import { compareIds, streamEntries } from "../../src/cluster/cluster.ts";
+import { compareIds, isStreamId, streamEntries } from "../../src/cluster/cluster.ts";
 import { decodeSnapshot, encodeSnapshot } from "../../src/cluster/snapshot.ts";
 import type { PrefixChain } from "../../src/route/chain.ts";
 import type { RouterSink } from "../../src/route/router.ts";
@@ -24,15 +24,16 @@ const chainArb = fc.integer({ min: 0, max: 40 }).chain((n) =>
 );
 const name = fc.string({ minLength: 1, maxLength: 40, unit: "grapheme" });
 const at = fc.double({ min: 0, max: 4e12, noNaN: true });
+const tag = fc.nat({ max: 0xffffffff });
 const eventArb: fc.Arbitrary<ClusterEvent> = fc.oneof(
-  fc.record({ kind: fc.constant("commit" as const), at, replica: name, continued: fc.boolean(), chains: fc.array(chainArb, { maxLength: 3 }) }),
-  fc.record({ kind: fc.constant("commit" as const), at, replica: name, continued: fc.boolean(), session: name, chains: fc.array(chainArb, { maxLength: 2 }) }),
+  fc.record({ kind: fc.constant("commit" as const), at, replica: name, commit: tag, continued: fc.boolean(), chains: fc.array(chainArb, { maxLength: 3 }) }),
+  fc.record({ kind: fc.constant("commit" as const), at, replica: name, commit: tag, continued: fc.boolean(), session: fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), chains: fc.array(chainArb, { maxLength: 2 }) }),
   fc.record({ kind: fc.constant("forget" as const), at, replica: name }),
   fc.record({ kind: fc.constant("forget-used-by" as const), at, replica: name, usedBy: at }),
   fc.record({ kind: fc.constant("response" as const), at, replica: name, id: name }),
   // On the wire a retraction carries only the created links: what decodes is those links, all created.
   fc
-    .record({ kind: fc.constant("retract" as const), at, replica: name, chains: fc.array(chainArb, { maxLength: 2 }) })
+    .record({ kind: fc.constant("retract" as const), at, replica: name, commit: tag, chains: fc.array(chainArb, { maxLength: 2 }) })
     .map((e) => ({ ...e, chains: e.chains.map((c) => ({ ...c, ends: new Uint32Array(c.length) })), created: e.chains.map((c) => c.length) })),
 );
 
@@ -41,13 +42,15 @@ const plain = (events: readonly ClusterEvent[]) =>
   events.map((e) => (e.kind === "commit" || e.kind === "retract" ? { ...e, chains: e.chains.map((c) => ({ lo: [...c.lo], hi: [...c.hi], ends: [...c.ends], length: c.length })) } : e));
 
 describe("event batches", () => {
-  it("any sequence of events comes back as it went (property)", () => {
+  it("any sequence of events comes back as it went, with when the batch was taken (property)", () => {
     fc.assert(
-      fc.property(fc.array(eventArb, { maxLength: 20 }), (events) => {
+      fc.property(fc.array(eventArb, { minLength: 1, maxLength: 20 }), at, (events, sentAt) => {
         const w = new BatchWriter();
         for (const e of events) w.add(e);
         expect(w.events).toBe(events.length);
-        expect(plain(decodeBatch(w.take()))).toEqual(plain(events));
+        const batch = decodeBatch(w.take(sentAt));
+        expect(batch.sentAt).toBe(sentAt);
+        expect(plain(batch.events)).toEqual(plain(events));
         expect(w.empty).toBe(true);
       }),
       { numRuns: 300 },
@@ -57,29 +60,70 @@ describe("event batches", () => {
   it("a writer is reusable: each take is one batch", () => {
     const w = new BatchWriter();
     w.add({ kind: "forget", at: 1, replica: "gpu0" });
-    const first = w.take();
+    const first = w.take(10);
     w.add({ kind: "response", at: 2, replica: "gpu1", id: "resp_1" });
-    expect(decodeBatch(first)).toEqual([{ kind: "forget", at: 1, replica: "gpu0" }]);
-    expect(decodeBatch(w.take())).toEqual([{ kind: "response", at: 2, replica: "gpu1", id: "resp_1" }]);
+    expect(decodeBatch(first)).toEqual({ sentAt: 10, events: [{ kind: "forget", at: 1, replica: "gpu0" }] });
+    expect(decodeBatch(w.take(20))).toEqual({ sentAt: 20, events: [{ kind: "response", at: 2, replica: "gpu1", id: "resp_1" }] });
   });
 
   it("a 100k-token conversation's chain (a few hundred links) fits in one batch", () => {
     const n = 500;
     const chain: PrefixChain = { lo: new Uint32Array(n).fill(7), hi: new Uint32Array(n).fill(9), ends: Uint32Array.from({ length: n }, (_, i) => (i + 1) * 1024), length: n };
     const w = new BatchWriter();
-    w.add({ kind: "commit", at: 5, replica: "gpu0", continued: true, chains: [chain] });
-    const bytes = w.take();
-    expect(bytes.byteLength).toBe(1 + 1 + 8 + 2 + 4 + 1 + 2 + 4 + 12 * n);
-    expect(plain(decodeBatch(bytes))[0]).toMatchObject({ chains: [{ length: n }] });
+    w.add({ kind: "commit", at: 5, replica: "gpu0", commit: 1, continued: true, chains: [chain] });
+    const bytes = w.take(6);
+    // format, when taken; kind, at, replica; flags, tag, chain count; chain length, 3 words per link
+    expect(bytes.byteLength).toBe(1 + 8 + (1 + 8 + 4 + 4) + (1 + 4 + 4) + 4 + 12 * n);
+    expect(plain(decodeBatch(bytes).events)[0]).toMatchObject({ chains: [{ length: n }] });
+  });
+
+  it("a commit of 65,536 chains (a completions batch of 65,536 prompts) comes back whole", () => {
+    const n = 65_536;
+    const chains = Array.from({ length: n }, (_, i): PrefixChain => ({ lo: Uint32Array.of(i), hi: Uint32Array.of(i ^ 0xffff), ends: Uint32Array.of(100), length: 1 }));
+    const w = new BatchWriter();
+    w.add({ kind: "commit", at: 5, replica: "gpu0", commit: 1, continued: false, chains });
+    w.add({ kind: "retract", at: 6, replica: "gpu0", commit: 1, chains, created: chains.map(() => 1) });
+    const [commit, retract] = decodeBatch(w.take(7)).events;
+    expect(commit).toMatchObject({ kind: "commit" });
+    expect(retract).toMatchObject({ kind: "retract" });
+    if (commit?.kind !== "commit" || retract?.kind !== "retract") return;
+    expect(commit.chains).toHaveLength(n);
+    expect(retract.chains).toHaveLength(n);
+    expect([commit.chains[n - 1]!.lo[0], commit.chains[n - 1]!.hi[0]]).toEqual([n - 1, (n - 1) ^ 0xffff]);
+  });
+
+  it("an event that fails part-way is taken back whole: the events around it stay readable", () => {
+    const w = new BatchWriter();
+    const chain = chainOf(3);
+    const broken = {
+      ...chain,
+      get hi(): Uint32Array {
+        throw new Error("no hashes");
+      },
+    };
+    w.add({ kind: "forget", at: 1, replica: "gpu0" });
+    expect(() => w.add({ kind: "commit", at: 2, replica: "gpu0", commit: 1, continued: false, chains: [chain, broken] })).toThrow("no hashes");
+    w.add({ kind: "response", at: 3, replica: "gpu1", id: "resp_1" });
+    expect(w.events).toBe(2);
+    expect(decodeBatch(w.take(4)).events).toEqual([
+      { kind: "forget", at: 1, replica: "gpu0" },
+      { kind: "response", at: 3, replica: "gpu1", id: "resp_1" },
+    ]);
+    // the first event of a batch too (the batch's format byte goes with it)
+    expect(() => w.add({ kind: "commit", at: 2, replica: "gpu0", commit: 1, continued: false, chains: [broken] })).toThrow("no hashes");
+    expect(w.empty).toBe(true);
+    expect(w.take(5).byteLength).toBe(0);
   });
 
   it.each([
-    ["another format", () => Uint8Array.of(9, 2), /format 9/],
-    ["an unknown kind", () => Uint8Array.of(1, 77, ...new Uint8Array(8), 0, 0), /unknown event kind 77/],
-    ["a truncated commit", () => batchOf({ kind: "commit", at: 1, replica: "g", continued: false, chains: [chainOf(3)] }).slice(0, -5), /truncated/],
-    ["a non-finite time", () => { const b = batchOf({ kind: "forget", at: 1, replica: "g" }); new DataView(b.buffer).setFloat64(2, NaN, true); return b; }, /non-finite/],
-    ["invalid UTF-8 in a name", () => { const b = batchOf({ kind: "forget", at: 1, replica: "gg" }); b[12] = 0xff; return b; }, /UTF-8/],
-    ["chain ends going backwards", () => batchOf({ kind: "commit", at: 1, replica: "g", continued: false, chains: [{ ...chainOf(2), ends: Uint32Array.of(10, 5) }] }), /ascending/],
+    ["another format", () => Uint8Array.of(9, 2), /events in batch format 9, and this router reads format 2: a newer llmroute wrote them/],
+    ["the previous format", () => Uint8Array.of(1, 2), /format 1, and this router reads format 2: an older llmroute/],
+    ["an unknown kind", () => Uint8Array.of(2, ...new Uint8Array(8), 77, ...new Uint8Array(8), 0, 0, 0, 0), /unknown event kind 77/],
+    ["a truncated commit", () => batchOf({ kind: "commit", at: 1, replica: "g", commit: 1, continued: false, chains: [chainOf(3)] }).slice(0, -5), /truncated/],
+    ["a non-finite time", () => { const b = batchOf({ kind: "forget", at: 1, replica: "g" }); new DataView(b.buffer).setFloat64(10, NaN, true); return b; }, /non-finite/],
+    ["a non-finite time taken", () => { const b = batchOf({ kind: "forget", at: 1, replica: "g" }); new DataView(b.buffer).setFloat64(1, Infinity, true); return b; }, /non-finite/],
+    ["invalid UTF-8 in a name", () => { const b = batchOf({ kind: "forget", at: 1, replica: "gg" }); b[22] = 0xff; return b; }, /UTF-8/],
+    ["chain ends going backwards", () => batchOf({ kind: "commit", at: 1, replica: "g", commit: 1, continued: false, chains: [{ ...chainOf(2), ends: Uint32Array.of(10, 5) }] }), /ascending/],
   ])("rejects %s with a RangeError that says what is wrong", (_label, make, message) => {
     expect(() => decodeBatch(make())).toThrow(message);
     expect(() => decodeBatch(make())).toThrow(RangeError);
@@ -92,32 +136,32 @@ function chainOf(n: number): PrefixChain {
 function batchOf(e: ClusterEvent): Uint8Array {
   const w = new BatchWriter();
   w.add(e);
-  return w.take();
+  return w.take(1);
+}
+
+/** A sink that encodes what the router shares, as the cluster does. */
+function recorder() {
+  const w = new BatchWriter();
+  const sink: RouterSink = {
+    commit: (chains, replica, now, tag, continued, session) => w.add({ kind: "commit", at: now, replica, commit: tag, continued, chains, ...(session ? { session } : {}) }),
+    forget: (replica) => w.add({ kind: "forget", at: 0, replica }),
+    forgetUsedBy: (replica, usedBy) => w.add({ kind: "forget-used-by", at: 0, replica, usedBy }),
+    response: (id, replica) => w.add({ kind: "response", at: 0, replica, id }),
+    retract: (chains, replica, tag, created) => w.add({ kind: "retract", at: 0, replica, commit: tag, chains, created }),
+  };
+  return { sink, take: () => decodeBatch(w.take(0)).events };
+}
+function apply(to: ReturnType<typeof router>, events: ClusterEvent[]) {
+  for (const e of events) {
+    if (e.kind === "commit") to.applyCommit(e.chains, e.replica, e.at, e.commit, e.continued, e.session);
+    else if (e.kind === "forget") to.forget(e.replica, false);
+    else if (e.kind === "forget-used-by") to.index.forgetUsedBy(e.replica, e.usedBy);
+    else if (e.kind === "retract") to.applyRetract(e.chains, e.replica, e.commit, e.created);
+    else to.rememberResponse(e.id, e.replica, false);
+  }
 }
 
 describe("an instance that applies another's events routes like it", () => {
-  /** A sink that encodes what the router shares, as the cluster does. */
-  function recorder() {
-    const w = new BatchWriter();
-    const sink: RouterSink = {
-      commit: (chains, replica, now, continued, session) => w.add({ kind: "commit", at: now, replica, continued, chains, ...(session ? { session } : {}) }),
-      forget: (replica) => w.add({ kind: "forget", at: 0, replica }),
-      forgetUsedBy: (replica, usedBy) => w.add({ kind: "forget-used-by", at: 0, replica, usedBy }),
-      response: (id, replica) => w.add({ kind: "response", at: 0, replica, id }),
-      retract: (chains, replica, at, created) => w.add({ kind: "retract", at, replica, chains, created }),
-    };
-    return { sink, take: () => decodeBatch(w.take()) };
-  }
-  function apply(to: ReturnType<typeof router>, events: ClusterEvent[]) {
-    for (const e of events) {
-      if (e.kind === "commit") to.applyCommit(e.chains, e.replica, e.at, e.continued, e.session);
-      else if (e.kind === "forget") to.forget(e.replica, false);
-      else if (e.kind === "forget-used-by") to.index.forgetUsedBy(e.replica, e.usedBy);
-      else if (e.kind === "retract") to.applyRetract(e.chains, e.replica, e.at, e.created);
-      else to.rememberResponse(e.id, e.replica, false);
-    }
-  }
-
   it("a conversation started on one instance is pinned by the other; a session key and a response id too", () => {
     const a = router("hybrid");
     const b = router("hybrid");
@@ -181,8 +225,27 @@ describe("an instance that applies another's events routes like it", () => {
   });
 });
 
+describe("a commit taken back on a mirror that moved on", () => {
+  it("the mirror had committed something newer to that replica before it applied the commit: it still takes it back", () => {
+    const a = router("hybrid");
+    const b = router("hybrid");
+    const wire = recorder();
+    a.sink = wire.sink;
+    const replicas = fleet(1);
+    const failed = chat([{ role: "user", content: "f".repeat(5000) }]);
+    const retract = a.commit(failed, a.route(failed, replicas, 100)!, 100);
+    // b's own traffic to that replica, later than a's commit, before a's events arrive
+    send(b, chat([{ role: "user", content: "b".repeat(5000) }]), replicas, 105);
+    apply(b, wire.take());
+    expect(b.index.match(failed.chains[0]!, "gpu0").depth).toBe(failed.chains[0]!.length);
+    retract();
+    apply(b, wire.take());
+    expect(b.index.match(failed.chains[0]!, "gpu0").depth).toBe(0);
+  });
+});
+
 describe("load messages", () => {
-  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699, 41000] } };
+  const message: LoadMessage = { v: 1, i: "abcd1234", n: "host:8080", f: 2, at: 1700, applied: "17-0", lag: 0.4, r: { gpu0: [2, 8000, 1, 1699, 41000] } };
 
   it("round-trip through JSON", () => {
     expect(decodeLoad(JSON.stringify(message))).toEqual(message);
@@ -216,6 +279,10 @@ describe("snapshot blob and stream replies", () => {
     expect(compareIds("9-0", "10-0")).toBeLessThan(0);
     expect(compareIds("10-2", "10-10")).toBeLessThan(0);
     expect(compareIds("10-0", "10-0")).toBe(0);
+    // exactly, past 2^53
+    expect(compareIds("9007199254740993-0", "9007199254740992-0")).toBeGreaterThan(0);
+    expect(["1-2", "18446744073709551615-0", "0-0"].map(isStreamId)).toEqual([true, true, true]);
+    expect(["99999999999999999999-0", "18446744073709551616-0", "not-an-id", "12-x", "12", "-1-0", "1-2 "].map(isStreamId)).toEqual(new Array(7).fill(false));
     const entries = [["1-0", ["i", "a", "p", "AQ=="]]];
     expect(streamEntries({ log: entries }, "log")).toEqual(entries as [string, string[]][]);
     expect(streamEntries([["log", entries]], "log")).toEqual(entries as [string, string[]][]);

@@ -107,6 +107,21 @@ describe("panic mode", () => {
   });
 });
 
+describe("panic mode: what a client-chosen model name can cost", () => {
+  it("200 long model names while every replica is down (their model lists unknown): one pool in panic, one warning, the name clipped", () => {
+    const log = memoryLog();
+    const fleet = new Fleet([{ ...config("a"), models: [] }, { ...config("b"), models: [] }], { log, healthPath: "/health", healthTimeoutMs: 100, failures: 3 });
+    for (let i = 0; i < 200; i++) {
+      const model = `${i}-`.padEnd(100_000, "m");
+      expect(fleet.views(fleet.pool(model), new Set(), model).panic).toBe(true);
+    }
+    const warnings = log.records.filter((r) => r.msg.startsWith("panic mode"));
+    expect(warnings).toHaveLength(1);
+    expect(JSON.stringify(warnings[0]!.fields).length).toBeLessThan(500);
+    expect(fleet.panicking.size).toBe(1);
+  });
+});
+
 describe("a reload", () => {
   it("marks replicas it removed or replaced, so requests that still hold them remember nothing for them", () => {
     const { fleet, a, b } = fleetOf("a", "b");

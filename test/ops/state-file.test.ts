@@ -149,8 +149,9 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     for (const [i, text] of ["a", "b", "c"].entries()) index.record(one(text), "gpu0", 1000 + i);
     index.record(one("d"), "gpu9", 2000);
     const snapshot = index.snapshot();
-    const records = snapshot.length - 4 * 32;
-    new DataView(snapshot.buffer).setFloat64(records + 32 + 20, Number.NaN, true);
+    const record = 36; // bytes per entry in an index snapshot (version 2)
+    const records = snapshot.length - 4 * record;
+    new DataView(snapshot.buffer).setFloat64(records + record + 20, Number.NaN, true);
     const responses = [["resp_kept", "gpu1"], null, ["resp_bad", 5], ["", "gpu0"], ["resp_gone", "gpu9"], "resp_x"] as unknown as [string, string][];
     // No replica URLs in the header, as the previous build wrote it: kept by name.
     await Bun.write(file, Buffer.concat(encodeState(responses, snapshot)));

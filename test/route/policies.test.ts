@@ -65,6 +65,12 @@ describe("a batch of single-turn requests", () => {
     expect([send(r, batch(1)[0]!, idle)!.replica, send(r, batch(1)[0]!, idle)!.replica].sort()).toEqual(["gpu0", "gpu1"]);
   });
 
+  it("least-loaded: a load that is not a number (an engine's NaN gauge) is never a crash; a replica with a known load is preferred", () => {
+    const r = router("least-loaded");
+    expect(send(r, batch(1)[0]!, fleet(2, [{ load: Number.NaN }, { inflight: 2, load: 2 }]))!.replica).toBe("gpu1");
+    expect(send(r, batch(1)[0]!, fleet(2, [{ load: Number.NaN }, { load: Number.POSITIVE_INFINITY }]))).toMatchObject({ reason: "load" });
+  });
+
   it("random: uses the injected randomness", () => {
     const r = router("random", { random: () => 0.99 });
     expect(choice(r.route(batch(1)[0]!, fleet(3)))).toEqual({ replica: "gpu2", reason: "random" });

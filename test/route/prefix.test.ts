@@ -69,17 +69,33 @@ describe("PrefixIndex", () => {
 
   it("retract takes back only the links a record created, and not once another commit used them", () => {
     const idx = index();
-    idx.record(turn1, "gpu0", 1);
-    const created = idx.record(turn2, "gpu0", 2);
+    idx.record(turn1, "gpu0", 1, false, 1);
+    const created = idx.record(turn2, "gpu0", 2, false, 2);
     expect(created).toBe(turn2.length - turn1.length);
     expect(idx.retract(turn2, "gpu0", created, 2)).toBe(created);
     expect(idx.match(turn2, "gpu0").depth).toBe(turn1.length);
     expect(idx.replicaStats("gpu0")).toMatchObject({ entries: turn1.length, tips: 1 });
     // committed again by a later request before the first one failed: it stays
-    const again = idx.record(turn2, "gpu0", 3);
-    idx.record(turn2, "gpu0", 4);
+    const again = idx.record(turn2, "gpu0", 3, false, 3);
+    idx.record(turn2, "gpu0", 4, false, 4);
     expect(idx.retract(turn2, "gpu0", again, 3)).toBe(0);
     expect(idx.match(turn2, "gpu0").depth).toBe(turn2.length);
+  });
+
+  it("a commit is named by its tag, not its time: the same millisecond, or a time moved up to keep the list ordered", () => {
+    const idx = index();
+    // two commits of one prompt in one millisecond; the first one fails
+    const created = idx.record(turn2, "gpu0", 5, false, 1);
+    idx.record(turn2, "gpu0", 5, false, 2);
+    expect(idx.retract(turn2, "gpu0", created, 1)).toBe(0);
+    expect(idx.match(turn2, "gpu0").depth).toBe(turn2.length);
+    // a commit made at 8 recorded after one at 9 (a peer's, applied late): moved up to 9, still its own
+    idx.record(turn1, "gpu1", 9, false, 3);
+    const late = idx.record(turn2, "gpu1", 8, false, 4);
+    expect(idx.retract(turn2, "gpu1", late, 4)).toBe(turn2.length - turn1.length);
+    expect(idx.match(turn2, "gpu1").depth).toBe(turn1.length);
+    // an untagged record is never taken back
+    expect(idx.retract(turn1, "gpu1", 2, 0)).toBe(0);
   });
 
   it("counts a shared prefix once in a replica's working set", () => {
@@ -171,11 +187,45 @@ describe("PrefixIndex", () => {
     // The records follow the header (16 bytes + "gpu0" with its length): corrupt the second
     // oldest (link 3 of 4, whose child is link 4) — a NaN last-use time.
     const first = 16 + 2 + 4;
-    new DataView(bytes.buffer).setFloat64(first + 32 + 20, Number.NaN, true);
+    new DataView(bytes.buffer).setFloat64(first + 36 + 20, Number.NaN, true);
     const copy = index();
     expect(copy.restore(bytes, () => true)).toEqual({ restored: 2, skipped: 2 });
     expect(copy.match(turn2, "gpu0").depth).toBe(2);
     expect(() => index().restore(new TextEncoder().encode("{}"), () => true)).toThrow(/not an llmroute index snapshot/);
+  });
+
+  it("restores a version 1 snapshot (no commit tags): the same entries, none of them taken back by a retract", () => {
+    const idx = index();
+    idx.record(turn2, "gpu0", 1, false, 7);
+    const v2 = idx.snapshot();
+    const head = 16 + 2 + 4;
+    const records = (v2.byteLength - head) / 36;
+    const v1 = new Uint8Array(head + records * 32);
+    v1.set(v2.subarray(0, head));
+    new DataView(v1.buffer).setUint32(4, 1, true);
+    for (let i = 0; i < records; i++) v1.set(v2.subarray(head + i * 36, head + i * 36 + 32), head + i * 32);
+    const copy = index();
+    expect(copy.restore(v1, () => true)).toEqual({ restored: turn2.length, skipped: 0 });
+    expect(copy.match(turn2, "gpu0")).toMatchObject({ depth: turn2.length, lastUsed: 1 });
+    expect(copy.retract(turn2, "gpu0", turn2.length, 7)).toBe(0);
+    // from version 2 on, the tag comes back with the entry
+    const again = index();
+    again.restore(v2, () => true);
+    expect(again.retract(turn2, "gpu0", turn2.length, 7)).toBe(turn2.length);
+    new DataView(v1.buffer).setUint32(4, 3, true);
+    expect(() => index().restore(v1, () => true)).toThrow(/index snapshot version 3 is not 2/);
+  });
+
+  it("restored with a clock: each entry as old as it was where the snapshot was taken, and never in the future", () => {
+    const peer = index();
+    peer.record(turn1, "gpu0", 3_600_000 + 900); // a clock an hour ahead: used 100 ms before it took the snapshot
+    peer.record(turn2, "gpu1", 3_600_000 + 1_000 + 5_000); // after it (a damaged record): now at the latest
+    const idx = index();
+    idx.restore(peer.snapshot(), () => true, { now: 1_000, takenAt: 3_600_000 + 1_000 });
+    expect(idx.match(turn1, "gpu0").lastUsed).toBe(900);
+    expect(idx.match(turn2, "gpu1").lastUsed).toBe(1_000);
+    // the TTL reaches them
+    expect(idx.evict(1_000 + 60_001)).toBe(turn1.length + turn2.length);
   });
 
   it("remembers the length of the tail chunk after a link (completions continuation)", () => {
@@ -282,7 +332,7 @@ function entries(idx: PrefixIndex): Entry[] {
     at += 2 + len;
   }
   return Array.from({ length: count }, (_, i) => {
-    const o = at + i * 32;
+    const o = at + i * 36;
     return {
       key: `${view.getUint32(o, true)}:${view.getUint32(o + 4, true)}`,
       replica: names[view.getUint16(o + 8, true)]!,
@@ -370,11 +420,12 @@ describe("property: the index keeps its invariants", () => {
         const peer = new PrefixIndex({ maxEntries: 60, ttlMs: 150, windowMs });
         const budgets = new Map<string, number>();
         let now = 1000;
+        let tags = 0;
         for (const o of ops) {
           switch (o.kind) {
             case "record":
               now += o.dt;
-              idx.record(chains[o.chain]!, replicas[o.replica]!, now, o.continued);
+              idx.record(chains[o.chain]!, replicas[o.replica]!, now, o.continued, ++tags);
               break;
             case "evict":
               now += o.dt;
@@ -404,7 +455,7 @@ describe("property: the index keeps its invariants", () => {
             }
             case "peerRecord":
               now += o.dt;
-              peer.record(chains[o.chain]!, replicas[o.replica]!, now, true);
+              peer.record(chains[o.chain]!, replicas[o.replica]!, now, true, ++tags);
               break;
             case "merge":
               peer.evict(now);
@@ -415,8 +466,9 @@ describe("property: the index keeps its invariants", () => {
               const chain = chains[o.chain]!;
               const replica = replicas[o.replica]!;
               const had = idx.match(chain, replica).depth;
-              const created = idx.record(chain, replica, now);
-              const removed = idx.retract(chain, replica, created, now);
+              const tag = ++tags;
+              const created = idx.record(chain, replica, now, false, tag);
+              const removed = idx.retract(chain, replica, created, tag);
               // what it created is gone again (unless the bounds already dropped some of it)
               expect(removed).toBeLessThanOrEqual(created);
               if (removed === created) expect(idx.match(chain, replica).depth).toBeLessThanOrEqual(Math.max(had, chain.length - created));

@@ -135,3 +135,47 @@ describe("identity gaps the index closes", () => {
     expect(batch.estimate.totalChars).toBe(a.length + b.length);
   });
 });
+
+describe("what a client's values cost", () => {
+  it("a session key is remembered at a fixed size: 40 requests with 1 MB keys leave almost nothing behind, and the keys still work", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const heap = () => {
+      Bun.gc(true);
+      return process.memoryUsage().heapUsed;
+    };
+    const key = (i: number) => `${i}:`.padEnd(1_000_000, "k");
+    const before = heap();
+    const placed: string[] = [];
+    for (let i = 0; i < 40; i++) placed.push(send(r, chat([{ role: "user", content: words(800, `first ${i}`) }], {}, { session: key(i) }), replicas, i)!.replica);
+    // 40 MB of keys went through; what stays is a few bytes per session
+    expect(heap() - before).toBeLessThan(4_000_000);
+    const again = send(r, chat([{ role: "user", content: words(800, "a rewritten history") }], {}, { session: key(7) }), replicas, 50)!;
+    expect(choice(again)).toEqual({ replica: placed[7]!, reason: "session" });
+  });
+});
+
+describe("a commit taken back (the replica computed nothing)", () => {
+  it("two commits of one prompt in the same millisecond: the failed one's retract leaves what the other one committed", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1);
+    const req = chat([{ role: "user", content: words(5_000, "the same prompt twice") }]);
+    const failed = r.commit(req, r.route(req, replicas, 7)!, 7);
+    r.commit(req, r.route(req, replicas, 7)!, 7);
+    expect(failed()).toBe(0);
+    expect(r.index.match(req.chains[0]!, "gpu0").depth).toBe(req.chains[0]!.length);
+  });
+
+  it("taken back alone, a commit's new links go, and the links it only touched stay", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1);
+    const shared = { role: "system", content: words(3_000, "shared system prompt") };
+    send(r, chat([shared, { role: "user", content: "one" }]), replicas, 1);
+    const req = chat([shared, { role: "user", content: words(3_000, "two") }]);
+    const retract = r.commit(req, r.route(req, replicas, 2)!, 2);
+    const sharedLinks = chat([shared]).chains[0]!.length;
+    expect(sharedLinks).toBeGreaterThan(1);
+    expect(retract()).toBe(req.chains[0]!.length - sharedLinks);
+    expect(r.index.match(req.chains[0]!, "gpu0").depth).toBe(sharedLinks);
+  });
+});

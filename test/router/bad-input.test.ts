@@ -91,6 +91,8 @@ const CASES: [string, Uint8Array | Uint8Array[], Expect][] = [
   ["PUT on a POST endpoint", http("PUT", "/v1/completions", chat({})), [405, "BadRequestError", /takes POST/]],
   ["DELETE on a POST endpoint", http("DELETE", "/v1/messages"), [405, "invalid_request_error", /takes POST/]],
   ["an unknown path", http("GET", "/v2/models"), [404, "NotFoundError", /no route for GET \/v2\/models/]],
+  ["a malformed percent-escape in a response id", http("GET", "/v1/responses/%E0%A4%A"), [400, "BadRequestError", /response id in the path is not valid percent-encoding: %E0%A4%A/]],
+  ["a percent-escape of invalid UTF-8 in a response id", http("DELETE", "/v1/responses/resp_%FF/input_items"), [400, "BadRequestError", /not valid percent-encoding/]],
   ["the root", http("GET", "/"), [404, "NotFoundError", /no route/]],
   ["an unknown method", http("FOO", "/v1/chat/completions"), ["closed"]],
   // malformed HTTP: Bun's parser
@@ -125,6 +127,15 @@ describe("bad input: the documented 4xx, and the router stays up", () => {
     expect(body.error.type).toBe(type);
     expect(body.error.message).toMatch(message);
     if (body.type !== "error") expect(body.error.code).toBe(status);
+  });
+
+  it("a malformed percent-escape is logged and counted as a rejection, not an unhandled error", async () => {
+    const from = log.records.length;
+    const res = await rawExchange(port, http("GET", "/v1/responses/%E0%A4%A"));
+    expect(res.status).toBe(400);
+    expect(log.records.slice(from).map((r) => [r.level, r.msg, r.fields.status, r.fields.outcome])).toEqual([["info", "request", 400, "rejected"]]);
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metrics).toMatch(/llmroute_requests_total\{[^}]*status="400"[^}]*outcome="rejected"[^}]*\} [1-9]/);
   });
 
   it("an HTTP/1.0 request without Host is answered (it used to be a 500)", async () => {

@@ -5,10 +5,13 @@
  * replicas, driven by the official openai client as a load balancer would: each request to
  * the next instance.
  */
+import { RedisClient } from "bun";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { rm } from "node:fs/promises";
 import OpenAI from "openai";
+import { BatchWriter } from "../../src/cluster/codec.ts";
 import { startRedisServer, type RedisServer } from "../../src/cluster/redis-server.ts";
+import { IDENTITY_VERSION } from "../../src/route/chain.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
@@ -125,6 +128,160 @@ describe("instances agree", () => {
       expect(next.data.usage?.input_tokens_details?.cached_tokens ?? 0).toBeGreaterThan(0);
       previous = next;
     }
+  }, TIMEOUT);
+});
+
+describe("what one instance shares reaches the others whole", () => {
+  it("a client's 70,000-character session key: served (not a 500), and the other instance places the session by it", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    const key = `${SALT} session `.padEnd(70_000, "k");
+    const ask = (r: RouterProc, content: string) =>
+      client(r).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content }], max_tokens: 2, prompt_cache_key: key }).withResponse();
+    const first = where((await ask(a!, `${SALT} ${"the whole history of the session ".repeat(100)}`)).response);
+    await until(async () => ((await status(b!)).cluster!.events.applied > 0 ? true : undefined), "b to apply a's commit");
+    // ... and a load report a sent after it: until then b counts a's request as still
+    // prefilling there (by design), and the session's replica looks busier than it is.
+    const applied = Date.now();
+    await until(async () => {
+      const r0 = (await status(b!)).cluster!.instances.find((i) => i.name === "r0");
+      return r0 && Date.now() - r0.last_heartbeat_ms > applied ? true : undefined;
+    }, "a load report from a after its commit");
+    // A rewritten (compacted) history: only the session key says where it ran.
+    expect(where((await ask(b!, `${SALT} ${"a short summary of it ".repeat(40)}`)).response)).toEqual({ replica: first.replica, route: "session" });
+    for (const r of [a!, b!]) expect((await status(r)).cluster!.events).toMatchObject({ malformed: 0, unencodable: 0 });
+  }, TIMEOUT);
+
+  it("an instance of another llmroute version (events in format 1) is named in the log and /status; its events are counted apart", async () => {
+    const server = await redis();
+    const [a] = await routers(1, server);
+    const old = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    // What a router before batch format 2 sends: a heartbeat without a format, and a format-1 batch.
+    await old.publish(`${prefix}load`, JSON.stringify({ v: 1, i: "old00001", n: "edge-old", at: Date.now(), applied: "0-0", lag: 0, r: {} }));
+    const payload = Buffer.from(Uint8Array.of(1, 2, ...new Uint8Array(8), 4, 0, ...new TextEncoder().encode("gpu0"))).toString("base64");
+    const id = (await old.send("XADD", [`${prefix}log`, "*", "i", "old00001", "p", payload])) as string;
+    await old.publish(`${prefix}events`, `${id} old00001 ${payload}`);
+    const doc = await until(async () => {
+      const d = await status(a!);
+      return d.cluster!.events.other_version > 0 ? d : undefined;
+    }, "a to read the old instance's batch");
+    expect(doc.warnings).toContain("cluster: instance edge-old runs another llmroute version (events in format 1, this one's in 2): neither reads the other's routing knowledge; run one version on every instance");
+    expect(doc.cluster!.events.malformed).toBe(0);
+    expect(logRecords(a!, "cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance")).toMatchObject([
+      { instance: "edge-old", its_format: 1, this_format: 2 },
+    ]);
+    old.close();
+  }, TIMEOUT);
+});
+
+describe("a bad events message costs nothing but itself", () => {
+  it("bogus stream ids (not Redis's, far in the future) are dropped and counted; later events still apply, and a reconnect reads the stream", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    await until(async () => (await Promise.all([status(a!), status(b!)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    const forger = new RedisClient(server.url);
+    const channel = `llmroute:v${IDENTITY_VERSION}:events`;
+    const w = new BatchWriter();
+    w.add({ kind: "forget", at: Date.now(), replica: "gpu-none" });
+    const payload = Buffer.from(w.take(Date.now())).toString("base64");
+    // Not ids; then a valid one ten years ahead; then one past what Redis accepts (XREAD: "ERR Invalid stream ID").
+    const bogus = ["not-an-id", "12-x", `${Date.now() + 10 * 365 * 86_400_000}-0`, "99999999999999999999-0"];
+    for (const id of bogus) await forger.publish(channel, `${id} forger01 ${payload}`);
+
+    // A conversation alternating between the instances is still pinned: b applies a's events
+    // (published after the forgeries, so b reads them after).
+    const messages = conversation("after the forgeries");
+    const first = await turn(a!, messages, "next");
+    expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect((await status(b!)).cluster!.events.malformed).toBe(bogus.length);
+
+    // Every connection cut: on reconnecting each reads the stream from where it was (no "Invalid stream ID").
+    const before = (await status(b!)).cluster!.disconnects;
+    await forger.send("CLIENT", ["KILL", "TYPE", "pubsub"]);
+    await forger.send("CLIENT", ["KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    await until(async () => {
+      const s = (await status(b!)).cluster!;
+      return s.state === "up" && s.disconnects > before ? true : undefined;
+    }, "b to reconnect", 20_000);
+    expect((await status(b!)).cluster!.last_error ?? "").not.toContain("Invalid stream ID");
+    expect(await turn(a!, messages, "once more")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect(await turn(b!, messages, "and again")).toMatchObject({ replica: first.replica, route: "pin" });
+    forger.close();
+  }, TIMEOUT);
+
+  it("entries the stream really holds ahead of Redis's clock (as after a clock set back) are applied, read from the stream", async () => {
+    const server = await redis();
+    const [a, b] = await routers(2, server);
+    await until(async () => (await Promise.all([status(a!), status(b!)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    const writer = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    const w = new BatchWriter();
+    w.add({ kind: "response", at: Date.now(), replica: "gpu0", id: "resp_from_the_future" });
+    const payload = Buffer.from(w.take(Date.now())).toString("base64");
+    // An hour ahead: from now on Redis gives every entry an id past it.
+    const id = (await writer.send("XADD", [`${prefix}log`, `${Date.now() + 3_600_000}-0`, "i", "later001", "p", payload])) as string;
+    const applied = (await status(b!)).cluster!.events.applied;
+    await writer.publish(`${prefix}events`, `${id} later001 ${payload}`);
+    await until(async () => ((await status(b!)).cluster!.events.applied > applied ? true : undefined), "b to apply the entry");
+    writer.close();
+    const messages = conversation("after the clock moved");
+    const first = await turn(a!, messages, "next");
+    expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect((await status(b!)).cluster!.events.malformed).toBe(0);
+  }, TIMEOUT);
+});
+
+describe("a commit taken back is taken back on every instance", () => {
+  /** A router in front of gpu0 alone, so every request goes there. */
+  const solo = (name: string, server: RedisServer, extra = "") =>
+    startRouterProc([{ name: sims[0]!.name, url: sims[0]!.url }], { toml: `${extra}\n[cluster]\nredis = "${server.url}"\nname = "${name}"\n` });
+  const entries = async (r: RouterProc) => (await status(r)).replicas[0]!.index_entries;
+  const ask = (r: RouterProc, label: string) =>
+    client(r).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `${SALT} ${label} ${"x".repeat(3000)}` }], max_tokens: 2 });
+
+  it("the other instance had committed something newer to that replica before it applied the commit: it still takes it back (5 of 5)", async () => {
+    const server = await redis();
+    const [a, b] = await Promise.all([solo("r0", server), solo("r1", server)]);
+    await until(async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.instances.length === 2), "both instances to see each other");
+    for (let trial = 0; trial < 5; trial++) {
+      const applied = (await status(b)).cluster!.events.applied;
+      // Redis frozen: what each instance learns waits, so b commits after a's commit and before it applies it.
+      server.pause();
+      await sims[0]!.faults({ fail_next: 1, fail_status: 400 });
+      expect(await ask(a, `trial ${trial}: refused`).catch((e: unknown) => (e as { status?: number }).status)).toBe(400);
+      await ask(b, `trial ${trial}: served`);
+      server.resume();
+      await until(
+        async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.state === "up" && s.cluster.backlog_events === 0 && s.cluster.instances.length === 2),
+        "both instances back in sync",
+        30_000,
+      );
+      // b heard of a's commit and of its retraction; a never held the refused prompt: the same index.
+      await until(async () => ((await status(b)).cluster!.events.applied >= applied + 2 ? true : undefined), `trial ${trial}: b to apply a's commit and retract`);
+      await until(async () => ((await entries(a)) === (await entries(b)) ? true : undefined), `trial ${trial}: b to take the commit back as a did`);
+    }
+  }, TIMEOUT * 2);
+
+  it("an instance whose clock is an hour ahead does not pin the others' entries in the future: the TTL still evicts", async () => {
+    const server = await redis();
+    const a = await solo("r0", server, `[routing]\nindex_ttl = "2s"`);
+    await until(async () => (await status(a)).cluster?.state === "up" ? true : undefined, "a to connect");
+    // What an instance with a clock an hour ahead shares: one commit to gpu0.
+    const ahead = Date.now() + 3_600_000;
+    const w = new BatchWriter();
+    w.add({ kind: "commit", at: ahead, replica: "gpu0", continued: false, commit: 1, chains: [{ lo: Uint32Array.of(1, 2, 3), hi: Uint32Array.of(4, 5, 6), ends: Uint32Array.of(10, 20, 30), length: 3 }] });
+    const payload = Buffer.from(w.take(ahead)).toString("base64");
+    const peer = new RedisClient(server.url);
+    const prefix = `llmroute:v${IDENTITY_VERSION}:`;
+    const id = (await peer.send("XADD", [`${prefix}log`, "*", "i", "ahead001", "p", payload])) as string;
+    await peer.publish(`${prefix}events`, `${id} ahead001 ${payload}`);
+    peer.close();
+    await until(async () => ((await status(a)).cluster!.events.applied > 0 ? true : undefined), "a to apply the commit");
+    await ask(a, "a local request after it");
+    expect(await entries(a)).toBeGreaterThan(3);
+    // Nothing is used again: within the TTL (2 s) and an eviction pass, everything is gone.
+    await until(async () => ((await entries(a)) === 0 ? true : undefined), "the index to be evicted", 20_000);
   }, TIMEOUT);
 });
 
