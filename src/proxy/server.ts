@@ -58,6 +58,7 @@ const CUT_FLUSH_MS = 1_000;
 export async function startRouter(initial: Config, options: StartOptions = {}): Promise<RouterServer> {
   let config = initial;
   const log = options.log ?? createLog({ format: config.server.log_format });
+  logNotes(log, config);
   const hasher = createHasher();
   const indexOptions = (c: Config) => ({ maxEntries: c.routing.index_max_entries, ttlMs: c.routing.index_ttl_ms, windowMs: c.routing.capacity_window_ms });
   const router = new Router({
@@ -219,6 +220,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       if (JSON.stringify(next.cluster) !== JSON.stringify(config.cluster)) restart.push("cluster");
       if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
       next = { ...next, cluster: config.cluster, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
+      logNotes(log, next);
       const { added, removed, replaced } = fleet.reconcile(next.replicas);
       // A replica whose URL changed is another engine: what the old one cached is not there.
       for (const name of [...removed, ...replaced]) {
@@ -262,4 +264,9 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       await persist("stop");
     },
   };
+}
+
+/** What the loader changed in what was written (a replica URL's /v1), said once per load. */
+function logNotes(log: Log, config: Config): void {
+  for (const note of config.notes) log.info(`config: ${note.reason}`, { file: note.file, line: note.line, key: note.key, value: String(note.value) });
 }
