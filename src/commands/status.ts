@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import { loadConfigFile, type Listen } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
 import { describeFetchError } from "../fleet/fleet.ts";
-import { int, pct, table } from "../ops/table.ts";
+import { duration, int, pct, table } from "../ops/table.ts";
 import type { ReplicaStatus, StatusDocument } from "../ops/telemetry.ts";
 
 const DEFAULT_CONFIG = "router.toml";
@@ -91,9 +91,7 @@ export function formatStatus(s: StatusDocument, now: number): string {
   const window = `WORKING SET (${Math.round(s.capacity_window_s / 60)}m) / KV`;
   const body = table(["REPLICA", "HEALTH", "INFLIGHT", "SERVED", "FAILOVERS", "CONVERSATIONS", window, "HIT avail/capt/deliv", "ENGINE run/wait/kv"], rows, { right: [2, 3, 4, 5] });
   const models = modelRows(s.replicas);
-  const warnings = s.replicas.flatMap((r) =>
-    r.warnings.map((w) => `  ${r.name}: ${w}${w.startsWith("down") && r.last_error ? ` (${duration((now - Date.parse(r.last_error.at)) / 1000)} ago)` : ""}`),
-  );
+  const warnings = s.replicas.flatMap((r) => r.warnings.map((w) => `  ${r.name}: ${w}`));
   const global = s.warnings.filter((w) => w.startsWith("cluster: ")).map((w) => `  ${w}`);
   return [
     head,
@@ -140,11 +138,4 @@ function engineCell(e: Record<string, unknown>, now: number, staleAfterMs: numbe
   if (e.error) return `error: ${e.error}`;
   const v = (k: string) => (typeof e[k] === "number" ? (k === "kv_usage" ? pct(e[k] as number) : String(e[k])) : "?");
   return `${v("running")}/${v("waiting")}/${v("kv_usage")}`;
-}
-
-function duration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }

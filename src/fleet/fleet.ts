@@ -4,8 +4,11 @@
  * Health tells a blip from a death (Envoy's outlier detection and a circuit breaker's
  * half-open state, in small): a refused connection or a failed active check demotes a
  * replica at once; a 502/503/504, a reset or a timeout only after `failures` in a row. A
- * demoted replica whose active check passes again is half-open: one request goes there,
- * and its success brings the replica back. When every replica of a pool is down, requests
+ * replica demoted by what an active check sees (a refused connection, a failing /health) is
+ * up again at its next passing check: that check answers the question that demoted it, and
+ * a quiet fleet must not wait for traffic to look healthy. A replica demoted by failed
+ * requests is half-open when its check passes (its /health may have passed all along): one
+ * request goes there, and its success brings the replica back. When every replica of a pool is down, requests
  * go to all of them anyway (panic mode) rather than to none. What a replica has cached is
  * declared lost only on evidence — it refused connections at an active check (no process
  * listens), or its engine reports a new process start time or counters that went back —
@@ -88,6 +91,11 @@ export class Replica {
   cacheLosses = 0;
   lastError?: { message: string; at: number };
   downSince?: number;
+  /**
+   * What took it out of routing: "check" — nothing listened or /health failed, which a
+   * passing check settles; "requests" — failed requests, which only a request can settle.
+   */
+  demotedBy?: "check" | "requests";
   /** What the engine's /metrics said about its process last time: a start time, a counter that only grows. */
   epoch?: { startTime?: number; promptTokens?: number };
   /** Model cards from /v1/models (or synthesised from config). */
@@ -305,14 +313,25 @@ export class Fleet {
     const trial = replica.state === "half-open" && replica.trial;
     replica.trial = false;
     if (failure.kind === "refused" || trial || replica.consecutiveFailures >= this.options.failures) {
-      const why = trial ? `trial request failed: ${failure.reason}` : failure.kind === "refused" ? failure.reason : `${replica.consecutiveFailures} failures in a row, the last: ${failure.reason}`;
-      this.demote(replica, why);
+      const why = trial
+        ? `trial request failed: ${failure.reason}`
+        : failure.kind === "refused" || replica.consecutiveFailures === 1
+          ? failure.reason
+          : `${replica.consecutiveFailures} failures in a row, the last: ${failure.reason}`;
+      this.demote(replica, why, failure.kind === "refused" && !trial ? "check" : "requests");
     }
   }
 
-  /** Take a replica out of routing now (its next passing active check makes it half-open). */
-  demote(replica: Replica, reason: string): void {
+  /**
+   * Take a replica out of routing now. `by` "check": a refused connection or a failed active
+   * check, which its next passing check settles (up); "requests": failed requests, after
+   * which a passing check makes it half-open, for one trial request.
+   */
+  demote(replica: Replica, reason: string, by: "check" | "requests"): void {
     replica.lastError = { message: reason, at: this.now() };
+    // Evidence from requests outweighs a check's: a replica that fails requests while its
+    // /health answers stays on trial until a request succeeds.
+    if (by === "requests" || replica.state !== "down") replica.demotedBy = by;
     if (replica.state === "down") return;
     replica.state = "down";
     replica.trial = false;
@@ -357,11 +376,13 @@ export class Fleet {
       if (first) {
         replica.lastError = { message: failure, at: this.now() };
         replica.downSince = this.now();
+        replica.demotedBy = "check";
         this.options.log.warn("replica down", { replica: replica.name, reason: failure });
-      } else this.demote(replica, failure);
+      } else this.demote(replica, failure, "check");
       return;
     }
     if (first) this.up(replica, "replica up");
+    else if (replica.state === "down" && replica.demotedBy !== "requests") this.up(replica, "replica up again: health check passed");
     else if (replica.state === "down") {
       replica.state = "half-open";
       replica.trial = false;
@@ -371,7 +392,9 @@ export class Fleet {
 
   private up(replica: Replica, msg: string): void {
     replica.state = "up";
+    replica.trial = false;
     replica.downSince = undefined;
+    replica.demotedBy = undefined;
     replica.cacheLost = false;
     replica.consecutiveFailures = 0;
     this.options.log.info(msg, { replica: replica.name, models: replica.cards.map((c) => c.id).join(",") });

@@ -10,6 +10,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import type { Router } from "../route/router.ts";
 import { Registry } from "./prom.ts";
+import { duration } from "./table.ts";
 import { RecentRequests } from "./recent.ts";
 
 export interface LiveState {
@@ -135,7 +136,7 @@ export class Telemetry {
       if (cap?.over) {
         warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
       }
-      if (r.state !== "up" && r.lastError) warnings.push(`${r.state}: ${r.lastError.message}`);
+      if (r.state !== "up" && r.lastError) warnings.push(healthWarning(r, now));
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {
         warnings.push(
@@ -195,6 +196,17 @@ export class Telemetry {
       warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(clusterStatus?.warnings.map((w) => `cluster: ${w}`) ?? [])],
     };
   }
+}
+
+/**
+ * A replica out of routing, with how long: "down for 3m05s: health check: connection
+ * refused"; a half-open one says when it was demoted and why, and that a request decides.
+ */
+function healthWarning(r: Fleet["replicas"][number], now: number): string {
+  const error = r.lastError!;
+  const age = duration((now - (r.downSince ?? error.at)) / 1000);
+  if (r.state === "half-open") return `half-open: demoted ${age} ago (${error.message}); its health check passes again, so its next request is a trial`;
+  return `down for ${age}: ${error.message}`;
 }
 
 export interface ReplicaStatus {
