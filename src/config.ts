@@ -11,6 +11,7 @@ import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
 import { nearest } from "./_nearest.ts";
+import { explainTomlError } from "./_toml-errors.ts";
 import { tomlPositions, type KeyPosition } from "./_toml-positions.ts";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
 import { DEFAULT_CACHE_AWARE, POLICY_NAMES, type CacheAwareOptions, type PolicyName } from "./route/options.ts";
@@ -191,8 +192,8 @@ export function parseConfig(text: string, file: string, options: LoadOptions = {
     raw = parse(text);
   } catch (error) {
     if (error instanceof TomlError) {
-      const first = error.message.split("\n")[0]?.replace(/^Invalid TOML document: /, "") ?? "invalid TOML";
-      throw new ConfigError([{ file, line: error.line, column: error.column, key: "(syntax)", reason: first }], { cause: error });
+      const reason = explainTomlError(text, { message: error.message, line: error.line, column: error.column });
+      throw new ConfigError([{ file, line: error.line, column: error.column, key: "(syntax)", reason }], { cause: error });
     }
     throw error;
   }
