@@ -92,6 +92,11 @@ export function formatStatus(s: StatusDocument, now: number): string {
   const body = table(["REPLICA", "HEALTH", "INFLIGHT", "SERVED", "FAILOVERS", "CONVERSATIONS", window, "HIT avail/capt/deliv", "ENGINE run/wait/kv"], rows, { right: [2, 3, 4, 5] });
   const models = modelRows(s.replicas);
   const warnings = s.replicas.flatMap((r) => r.warnings.map((w) => `  ${r.name}: ${w}`));
+  // The capacity findings are one line each; what helps is the same for every card over its
+  // budget (it is the fleet's and the policy's), so it is said once.
+  const advice = new Map<string, string[]>();
+  for (const r of s.replicas) if (r.capacity_advice) advice.set(r.capacity_advice, [...(advice.get(r.capacity_advice) ?? []), r.name]);
+  for (const [text, names] of advice) warnings.push(`  what helps (${names.join(", ")}): ${text}`);
   const global = s.warnings.filter((w) => w.startsWith("cluster: ")).map((w) => `  ${w}`);
   return [
     head,

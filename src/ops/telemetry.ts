@@ -133,9 +133,7 @@ export class Telemetry {
       const prompt = this.promptTokens.get({ replica: r.name });
       const cached = this.cachedTokens.get({ replica: r.name });
       const warnings: string[] = [];
-      if (cap?.over) {
-        warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
-      }
+      if (cap?.over && cap.finding) warnings.push(cap.finding);
       if (r.state !== "up" && r.lastError) warnings.push(healthWarning(r, now));
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {
@@ -179,6 +177,7 @@ export class Telemetry {
           ? { family: r.engine.family ?? null, ...r.engine.values, missing: r.engine.missing, error: r.engine.error ?? null, at: new Date(r.engine.at).toISOString() }
           : null,
         warnings,
+        capacity_advice: cap?.over ? (cap.advice ?? null) : null,
       };
     });
     return {
@@ -241,7 +240,10 @@ export interface ReplicaStatus {
   };
   prefill: { queued_tokens: number; rate_tokens_per_s: number };
   engine: Record<string, unknown> | null;
+  /** One line each: what needs a look. */
   warnings: string[];
+  /** While its working set is over kv_tokens: why, and what helps under the running policy (the capacity warning's details). */
+  capacity_advice: string | null;
 }
 
 export interface StatusDocument {

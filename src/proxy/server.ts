@@ -76,7 +76,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     failures: config.health.failures,
     onCacheLost: (replica) => router.forget(replica.name),
   });
-  const capacity = new CapacityWatch(log);
+  const capacity = new CapacityWatch(log, () => config.routing.policy);
   const startedAt = Date.now();
   const c = config.cluster;
   const cluster = c

@@ -42,6 +42,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     prefill: { queued_tokens: 0, rate_tokens_per_s: 4000 },
     engine: null,
     warnings: [],
+    capacity_advice: null,
     ...over,
   };
 }
@@ -124,6 +125,18 @@ describe("formatStatus: KV per model", () => {
 
   it("replicas whose models are not known yet are left out", () => {
     expect(formatStatus(doc([replica("a0", { models: [] })]), NOW)).not.toContain("MODEL");
+  });
+});
+
+describe("formatStatus: capacity findings (issue 20, item 14)", () => {
+  it("one line per finding, and the advice once below the warnings, however many replicas share it", () => {
+    const finding = "working set ~5,000 tokens, 125% of kv_tokens 4,000: the engine evicts and re-prefills; the fleet has room, so placement can help";
+    const advice = "The fleet's distinct working set (~9,000 of 12,000 KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice. cache-aware, the running policy, …";
+    const over = { warnings: [finding], capacity_advice: advice };
+    const text = formatStatus(doc([replica("gpu0", over), replica("gpu1", over), replica("gpu2")], { warnings: [`gpu0: ${finding}`, `gpu1: ${finding}`] }), NOW);
+    const lines = text.split("\n");
+    const start = lines.indexOf("warnings:");
+    expect(lines.slice(start)).toEqual(["warnings:", `  gpu0: ${finding}`, `  gpu1: ${finding}`, `  what helps (gpu0, gpu1): ${advice}`]);
   });
 });
 
