@@ -18,23 +18,40 @@ export default defineCommand({
   },
   async run({ args }) {
     const base = (args.url ?? (await urlFromConfig(args.config))).replace(/\/+$/, "");
-    const key = args["api-key"] ?? process.env.LLMROUTE_API_KEY;
-    let status: StatusDocument;
-    try {
-      const res = await fetch(`${base}/status`, {
-        headers: key ? { authorization: `Bearer ${key}` } : {},
-        signal: AbortSignal.timeout(5000),
-      });
-      if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
-      status = (await res.json()) as StatusDocument;
-    } catch (error) {
-      throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+    const flagKey = args["api-key"];
+    const key = flagKey || process.env.LLMROUTE_API_KEY || undefined;
+    const status = await readStatus(base, key);
+    // The router's own 401 tells an API client to send a header; this command's user needs
+    // its flag or variable. The key itself is never printed.
+    if (status === "unauthorized") {
+      const message = key
+        ? `status: ${base}/status refused the key given ${flagKey ? "with --api-key" : "in LLMROUTE_API_KEY"} (server.api_keys): pass one of the router's client keys`
+        : `status: ${base}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`;
+      throw new LlmrouteError("unreachable", message, { exitCode: 2 });
     }
     if (args.json) console.log(JSON.stringify(status, null, 2));
     else console.log(formatStatus(status, Date.now()));
     return status.healthy === status.replicas.length && status.warnings.length === 0 ? 0 : 1;
   },
 });
+
+/** GET /status; "unauthorized" for a 401 (the caller says which key to give); any other failure throws. */
+async function readStatus(base: string, key: string | undefined): Promise<StatusDocument | "unauthorized"> {
+  try {
+    const res = await fetch(`${base}/status`, {
+      headers: key ? { authorization: `Bearer ${key}` } : {},
+      signal: AbortSignal.timeout(5000),
+    });
+    if (res.status === 401) {
+      await res.body?.cancel();
+      return "unauthorized";
+    }
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
+    return (await res.json()) as StatusDocument;
+  } catch (error) {
+    throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+  }
+}
 
 /** The API's error JSON carries the reason (e.g. where the admin listener is); anything else, its first 200 characters. */
 function errorMessage(body: string): string {

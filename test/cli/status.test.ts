@@ -158,6 +158,24 @@ describe("where status looks", () => {
     expect(stdout).toMatch(/^gpu0\s+up\s/m);
   });
 
+  it("a router with server.api_keys: the error names --api-key and LLMROUTE_API_KEY, a refused key is never echoed (issue 20, item 15)", async () => {
+    const gpu0 = await startSimProc("gpu0");
+    const router = await startRouterProc([gpu0], { toml: `[server]\napi_keys = ["env:STATUS_KEY"]\n`, env: { STATUS_KEY: "right-key-7f3a" } });
+    const env = { LLMROUTE_API_KEY: "" };
+    const none = await runCli(["status", "--url", router.url], { env });
+    expect(none.code).toBe(2);
+    expect(none.stderr.trim()).toBe(`status: ${router.url}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`);
+    const wrong = await runCli(["status", "--url", router.url, "--api-key", "wrong-key-91c2"], { env });
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr.trim()).toBe(`status: ${router.url}/status refused the key given with --api-key (server.api_keys): pass one of the router's client keys`);
+    expect(wrong.stderr + wrong.stdout).not.toContain("wrong-key-91c2");
+    const fromEnv = await runCli(["status", "--url", router.url], { env: { LLMROUTE_API_KEY: "wrong-key-91c2" } });
+    expect(fromEnv.stderr.trim()).toBe(`status: ${router.url}/status refused the key given in LLMROUTE_API_KEY (server.api_keys): pass one of the router's client keys`);
+    const right = await runCli(["status", "--url", router.url], { env: { LLMROUTE_API_KEY: "right-key-7f3a" } });
+    expect({ code: right.code, stderr: right.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(right.stdout).not.toContain("right-key-7f3a");
+  }, 30_000);
+
   it("an explicit --config that does not exist is an error, not the default address", async () => {
     const { code, stderr } = await runCli(["status", "--config", "/nonexistent/router.toml"]);
     expect(code).toBe(2);
