@@ -122,16 +122,24 @@ export function formatStatus(s: StatusDocument, now: number): string {
     // Per model, because a model's prefixes can only live on the replicas that serve it:
     // a fleet-wide sum counts other models' cards as room this model does not have.
     ...(models.length > 0 ? ["", table(["MODEL", "REPLICAS", `${window} (its replicas, summed)`], models)] : []),
-    ...clusterSection(s),
+    ...clusterSection(s, now),
     ...(warnings.length + global.length ? ["", "warnings:", ...warnings, ...global] : []),
   ].join("\n");
 }
 
 /** The router instances sharing state (absent without [cluster], and from older routers). */
-function clusterSection(s: StatusDocument): string[] {
+function clusterSection(s: StatusDocument, now: number): string[] {
   const c = s.cluster;
   if (!c) return [];
-  const head = `cluster ${c.namespace} on ${c.redis} · ${c.state === "up" ? "connected" : c.state.toUpperCase()} · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
+  // Every instance is heard through Redis: while it is away, this one hears no other, which
+  // says nothing about how many are running.
+  const reach =
+    c.state === "up"
+      ? `connected · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"}`
+      : c.state === "down"
+        ? `Redis away for ${duration((now - Date.parse(c.since)) / 1000)} · other instances unknown until it is back`
+        : c.state.toUpperCase();
+  const head = `cluster ${c.namespace} on ${c.redis} · ${reach} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
   const rows = c.instances.map((i) => [
     i.self ? `${i.name} (this)` : i.name,
     i.self ? "-" : `${(i.last_heartbeat_ms / 1000).toFixed(1)}s ago`,

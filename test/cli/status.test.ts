@@ -4,6 +4,7 @@
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { formatStatus } from "../../src/commands/status.ts";
+import type { ClusterStatus } from "../../src/cluster/cluster.ts";
 import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
@@ -137,6 +138,42 @@ describe("formatStatus: capacity findings (issue 20, item 14)", () => {
     const lines = text.split("\n");
     const start = lines.indexOf("warnings:");
     expect(lines.slice(start)).toEqual(["warnings:", `  gpu0: ${finding}`, `  gpu1: ${finding}`, `  what helps (gpu0, gpu1): ${advice}`]);
+  });
+});
+
+describe("formatStatus: the cluster (issue 20, item 16)", () => {
+  function cluster(over: Partial<ClusterStatus>): ClusterStatus {
+    return {
+      name: "r0",
+      redis: "redis://127.0.0.1:6379",
+      namespace: "llmroute",
+      state: "up",
+      since: ago(60),
+      last_error: null,
+      instances: [
+        { name: "r0", self: true, last_heartbeat_ms: 0, lag_ms: 0.4, inflight: 1 },
+        { name: "r1", self: false, last_heartbeat_ms: 400, lag_ms: 0.6, inflight: 2 },
+      ],
+      lag_ms: 0.4,
+      applied_id: "1-0",
+      backlog_events: 0,
+      events: { sent: 1, applied: 1, dropped: 0, malformed: 0 },
+      disconnects: 0,
+      snapshot: null,
+      catch_up: null,
+      warnings: [],
+      ...over,
+    };
+  }
+  const head = (c: ClusterStatus) => formatStatus(doc([replica("gpu0")], { cluster: c }), NOW).split("\n").find((l) => l.startsWith("cluster "));
+
+  it("connected: the instances it hears", () => {
+    expect(head(cluster({}))).toBe("cluster llmroute on redis://127.0.0.1:6379 · connected · 2 instances · backlog 0 events");
+  });
+
+  it("Redis away: it hears no instance, so it says Redis is away instead of counting itself alone", () => {
+    const away = cluster({ state: "down", instances: [{ name: "r0", self: true, last_heartbeat_ms: 0, lag_ms: 0, inflight: 1 }], backlog_events: 12 });
+    expect(head(away)).toBe("cluster llmroute on redis://127.0.0.1:6379 · Redis away for 1m00s · other instances unknown until it is back · backlog 12 events");
   });
 });
 
