@@ -115,7 +115,7 @@ export class Replica {
   readonly prefill = new PrefillQueue();
 
   constructor(public config: ReplicaConfig) {
-    this.cards = config.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
+    this.cards = config.models.map(configCard);
   }
 
   get name(): string {
@@ -233,7 +233,7 @@ export class Fleet {
         return new Replica(c);
       }
       existing.config = c;
-      if (c.models.length > 0) existing.cards = c.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
+      if (c.models.length > 0) existing.cards = c.models.map((id) => existing.cards.find((card) => card.id === id) ?? configCard(id));
       return existing;
     });
     const added = next.filter((r) => !this.replicas.includes(r)).map((r) => r.name);
@@ -362,7 +362,7 @@ export class Fleet {
     }
     if (!failure) {
       await Promise.all([
-        replica.config.models.length === 0 ? this.discoverModels(replica) : undefined,
+        this.discoverModels(replica),
         replica.config.metrics ? this.scrape(replica) : undefined,
       ]);
     }
@@ -470,12 +470,24 @@ export class Fleet {
       }
       const body = (await res.json()) as { data?: unknown };
       if (!Array.isArray(body.data)) return;
-      replica.cards = body.data.filter((c): c is ModelCard => !!c && typeof (c as ModelCard).id === "string");
+      const listed = body.data.filter((c): c is ModelCard => !!c && typeof (c as ModelCard).id === "string");
+      if (replica.config.models.length > 0) {
+        // The configured list decides what it serves; the engine's own card (vLLM's
+        // max_model_len, root …) is what clients should see for the models it lists.
+        replica.cards = replica.config.models.map((id) => listed.find((c) => c.id === id) ?? configCard(id));
+        return;
+      }
+      replica.cards = listed;
       replica.discovered = true;
     } catch {
       // Model discovery is best effort: a replica whose list is unknown accepts any model.
     }
   }
+}
+
+/** The card of a configured model the engine has not listed (yet). */
+function configCard(id: string): ModelCard {
+  return { id, object: "model", owned_by: "llmroute" };
 }
 
 /** The replica's own key, never the client's. */

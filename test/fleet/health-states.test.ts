@@ -122,7 +122,8 @@ describe("an active check that passes again (issue 20, item 11)", () => {
   function checked(answers: (Response | Error)[]) {
     const log = memoryLog();
     let i = 0;
-    const fetch = async () => {
+    const fetch = async (input: string | URL | Request) => {
+      if (String(input).endsWith("/v1/models")) return Response.json({ object: "list", data: [{ id: "m", object: "model" }] });
       const a = answers[Math.min(i++, answers.length - 1)]!;
       if (a instanceof Error) throw a;
       return a;
