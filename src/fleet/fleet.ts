@@ -8,11 +8,12 @@
  * up again at its next passing check: that check answers the question that demoted it, and
  * a quiet fleet must not wait for traffic to look healthy. A replica demoted by failed
  * requests is half-open when its check passes (its /health may have passed all along): one
- * request goes there, and its success brings the replica back. When every replica of a pool is down, requests
- * go to all of them anyway (panic mode) rather than to none. What a replica has cached is
- * declared lost only on evidence — it refused connections at an active check (no process
- * listens), or its engine reports a new process start time or counters that went back —
- * never because of a failed request. No timers here; the caller owns the schedule.
+ * request goes there, and its success brings the replica back. When every replica of a pool
+ * is down, requests go to all of them anyway (panic mode) rather than to none. What a
+ * replica has cached is declared lost only on evidence — it refused connections at an active
+ * check (no process listens), or its engine reports a new process start time or counters
+ * that went back — never because of a failed request. No timers here; the caller owns the
+ * schedule.
  */
 import type { ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
