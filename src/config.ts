@@ -11,6 +11,7 @@ import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
 import { nearest } from "./_nearest.ts";
+import { explainTomlError } from "./_toml-errors.ts";
 import { tomlPositions, type KeyPosition } from "./_toml-positions.ts";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
 import { DEFAULT_CACHE_AWARE, POLICY_NAMES, type CacheAwareOptions, type PolicyName } from "./route/options.ts";
@@ -93,6 +94,11 @@ export interface Config {
     snapshot_interval_ms: number;
   };
   replicas: ReplicaConfig[];
+  /**
+   * What the loader changed in what was written, and why (a replica URL's trailing /v1):
+   * accepted, not errors; `llmroute check` prints them and `serve` logs them.
+   */
+  notes: ConfigIssue[];
 }
 
 type Env = Record<string, string | undefined>;
@@ -189,8 +195,8 @@ export function parseConfig(text: string, file: string, options: LoadOptions = {
     raw = parse(text);
   } catch (error) {
     if (error instanceof TomlError) {
-      const first = error.message.split("\n")[0]?.replace(/^Invalid TOML document: /, "") ?? "invalid TOML";
-      throw new ConfigError([{ file, line: error.line, column: error.column, key: "(syntax)", reason: first }], { cause: error });
+      const reason = explainTomlError(text, { message: error.message, line: error.line, column: error.column });
+      throw new ConfigError([{ file, line: error.line, column: error.column, key: "(syntax)", reason }], { cause: error });
     }
     throw error;
   }
@@ -227,6 +233,7 @@ interface Ctx {
   env: Env;
   resolveSecrets: boolean;
   issues: ConfigIssue[];
+  notes: ConfigIssue[];
 }
 
 /** Record a problem at the key's value (or, for an unknown or missing key, the key itself) or the flag that set it. */
@@ -243,8 +250,8 @@ function report(ctx: Ctx, path: string, part: "key" | "value", issue: { key?: st
   });
 }
 
-function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
-  const ctx: Ctx = { ...base, issues: [] };
+function validateConfig(raw: unknown, base: Omit<Ctx, "issues" | "notes">): Config {
+  const ctx: Ctx = { ...base, issues: [], notes: [] };
   const root = asTable(raw);
   checkUnknown(ctx, "", root);
 
@@ -315,6 +322,7 @@ function validateConfig(raw: unknown, base: Omit<Ctx, "issues">): Config {
           },
         }),
     replicas: replicas(ctx, root.replica),
+    notes: ctx.notes,
   };
 
   // A check that outlives its interval overlaps the next one and a slow engine is never
@@ -349,7 +357,18 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
     const t = asTable(entry);
     checkUnknown(ctx, prefix, t, "replica");
     const name = field(ctx, t, `${prefix}.name`, undefined, replicaName);
-    const url = field(ctx, t, `${prefix}.url`, undefined, httpUrl);
+    const written = field(ctx, t, `${prefix}.url`, undefined, httpUrl);
+    const url = written === undefined ? undefined : baseOf(written);
+    if (url !== undefined && url !== written) {
+      const at = ctx.where.get(`${prefix}.url`)?.value;
+      ctx.notes.push({
+        file: ctx.file,
+        ...(at ? { line: at.line, column: at.column } : {}),
+        key: `${prefix}.url`,
+        value: t.url,
+        reason: `using "${url}": the router appends /v1/… (and health.path, metrics) to a replica's base URL itself, so the /v1 that OpenAI clients put in a base URL is taken off`,
+      });
+    }
     if (name !== undefined) {
       if (seen.has(name)) {
         report(ctx, `${prefix}.name`, "value", { value: name, reason: `duplicate name (also replica[${seen.get(name)}])` });
@@ -488,6 +507,18 @@ const httpUrl: Check<string> = (v) => {
   if (url.search || url.hash) return bad("must not carry a query or fragment");
   return ok(v.replace(/\/+$/, ""));
 };
+
+/**
+ * A replica's base URL: the router appends the client's path (/v1/chat/completions) and the
+ * health and metrics paths to it, which engines serve at their root (vLLM's /health and
+ * /metrics, llama-server's /health). OpenAI clients and vLLM's docs write base URLs with
+ * /v1, and a /v1 left on sent every request to /v1/v1/… (404). A replica behind a path
+ * prefix keeps its prefix: https://gw/team-a/v1 → https://gw/team-a, whose /v1/… and
+ * /health are the engine's (set health_path when the gateway only passes /v1/…).
+ */
+function baseOf(url: string): string {
+  return url.replace(/\/v1$/, "");
+}
 
 const urlPath: Check<string> = (v) =>
   typeof v === "string" && v.startsWith("/") ? ok(v) : bad("must be a path starting with \"/\"");

@@ -71,6 +71,37 @@ describe("valid configs", () => {
   });
 });
 
+describe("a replica URL written the way OpenAI clients write a base URL, ending in /v1 (issue 20, item 10)", () => {
+  it.each([
+    ["/v1", "http://127.0.0.1:8001/v1", "http://127.0.0.1:8001"],
+    ["/v1/", "http://127.0.0.1:8001/v1/", "http://127.0.0.1:8001"],
+    ["behind a path prefix", "https://gw.example/team-a/v1", "https://gw.example/team-a"],
+  ])("%s: the router appends /v1/… itself, so /v1 is taken off, with a note saying so at the value", (_name, written, base) => {
+    const c = parseConfig(`[[replica]]\nname = "gpu0"\nurl = "${written}"\n`, "r.toml", { env: {} });
+    expect(c.replicas[0]!.url).toBe(base);
+    expect(c.notes).toHaveLength(1);
+    expect(c.notes[0]).toMatchObject({ file: "r.toml", line: 3, column: 7, key: "replica[0].url", value: written });
+    expect(c.notes[0]!.reason).toContain(`using "${base}"`);
+    expect(c.notes[0]!.reason).toContain("appends /v1/");
+  });
+
+  it("a URL without /v1 has no note; a path that only ends in v1 is kept", () => {
+    const c = parseConfig(`${MIN}\n[[replica]]\nname = "gpu1"\nurl = "http://h/apiv1"\n`, "r.toml", { env: {} });
+    expect(c.replicas.map((r) => r.url)).toEqual(["http://127.0.0.1:8001", "http://h/apiv1"]);
+    expect(c.notes).toEqual([]);
+  });
+
+  it("llmroute check prints the note with file:line:column and exits 0", async () => {
+    const dir = await tempDir("llmroute-cfg-");
+    const path = `${dir}/router.toml`;
+    await Bun.write(path, `[[replica]]\nname = "gpu0"\nurl = "http://127.0.0.1:8001/v1"\n`);
+    const { code, stdout } = await runCli(["check", "--config", path]);
+    expect(code).toBe(0);
+    expect(stdout).toContain('url = "http://127.0.0.1:8001"\n');
+    expect(stdout).toMatch(new RegExp(`^# note: ${path.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}:3:7: replica\\[0\\]\\.url = "http://127\\.0\\.0\\.1:8001/v1": .*appends /v1/`, "m"));
+  });
+});
+
 describe("every error names file:line:column of the value, the key, the value and what is allowed", () => {
   it.each([
     ["unknown key with a suggestion", `[routing]\npolcy = "hybrid"\n${MIN}`, { line: 2, column: 1, key: "routing.polcy", reason: /did you mean "policy"/ }],
@@ -92,7 +123,7 @@ describe("every error names file:line:column of the value, the key, the value an
     ["a table written as a value", `routing = 5\n${MIN}`, { line: 1, column: 11, key: "routing", reason: /must be a table/ }],
     ["after a multi-line string holding TOML", `[server]\nlisten = "127.0.0.1:1"\n[[replica]]\nname = "a"\nurl = """\n[routing]\npolicy = 1\n"""\n`, { line: 5, column: 7, key: "replica[0].url" }],
     ["syntax error: line and column", `[server\nlisten = 1\n`, { line: 1, column: 8, key: "(syntax)" }],
-    ["syntax error: a redefined key", `${MIN}name = "b"\n`, { line: 4, column: 1, key: "(syntax)", reason: /redefine/ }],
+    ["syntax error: a redefined key", `${MIN}name = "b"\n`, { line: 4, column: 1, key: "(syntax)", reason: /^name is set twice/ }],
   ])("%s", (_name, text, expected) => {
     const found = issues(text);
     expect(found).toHaveLength(1);

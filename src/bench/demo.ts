@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { defineCommand } from "citty";
 import { parseBenchArgs } from "./args.ts";
 import { bench } from "./command.ts";
+import { fmt, type Matrix, type MatrixRow } from "./matrix.ts";
 import { stderrProgress } from "./progress.ts";
 import { simTarget } from "./targets.ts";
 
@@ -49,13 +50,12 @@ export default defineCommand({
     const admin = `127.0.0.1:${await freePort()}`;
     const target = await simTarget({ replicas: options.sim, timeScale: options.timeScale, adminListen: admin });
     progress.line(`Watch it live: http://${admin}/dashboard (each policy's router in turn)`);
-    const { errors } = await bench(options, { out: (t) => console.log(t), progress, quietFiles: true }, target).finally(() => target.stop());
+    const { errors, matrix } = await bench(options, { out: (t) => console.log(t), progress, quietFiles: true }, target).finally(() => target.stop());
+    const reading = demoReading(matrix);
     console.log(
       [
+        ...(reading.length > 0 ? ["", ...reading] : []),
         "",
-        "Read it like this: roundrobin alternates replicas, so each warm turn re-prefills what the other card",
-        "computed; affinity keeps conversations warm but puts a whole burst on one card; hybrid pins",
-        "continuations and spreads one-shots, so it keeps the agent loop warm and the burst spread.",
         `HTML report (charts): ${report}${options.json ? `\nJSON (every sample): ${options.json}` : ""}`,
         "Next: `llmroute bench --sim 2` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;",
         "`llmroute bench --config router.toml` measures your own replicas.",
@@ -64,6 +64,60 @@ export default defineCommand({
     return errors > 0 ? 1 : 0;
   },
 });
+
+/** A gap this large is worth explaining; hybrid within the matrix's "best" band (5 %) is at the best. */
+const EXPLAIN_RATIO = 1.2;
+const AT_BEST = 1.05;
+
+/**
+ * The demo's closing lines, from this run's matrix: what each arm's figures say, and an
+ * explanation only where the numbers show the effect it explains (a time-scaled run on a
+ * busy machine can show anything). Empty when nothing was measured.
+ */
+export function demoReading(matrix: Matrix): string[] {
+  const rows = matrix.rows.filter((r) => Number.isFinite(r.best.value));
+  if (rows.length === 0) return [];
+  const cell = (r: MatrixRow, arm: string) => r.cells.find((c) => c.arm === arm && Number.isFinite(c.value));
+  const x = (ratio: number) => `${ratio.toFixed(2)}×`;
+  /** `arm` against the faster of `others`, when both were measured. */
+  const against = (r: MatrixRow | undefined, arm: string, others: string[]) => {
+    const mine = r && cell(r, arm);
+    const best = r && others.map((o) => cell(r, o)).filter((c) => c !== undefined).sort((a, b) => a.value - b.value)[0];
+    return mine && best ? { ratio: mine.value / best.value, to: best, unit: r.unit } : undefined;
+  };
+  const lines = ["Read it like this (this run's medians):"];
+  const agent = rows.find((r) => r.workload === "agent");
+  const burst = rows.find((r) => r.workload === "burst");
+  const rr = against(agent, "roundrobin", ["affinity", "hybrid"]);
+  if (rr && rr.ratio >= EXPLAIN_RATIO) {
+    lines.push(`  agent: roundrobin's warm turns took ${x(rr.ratio)} ${rr.to.arm}'s (${fmt(rr.to.value, rr.unit)}): each re-prefilled what the other card computed.`);
+  }
+  const aff = against(burst, "affinity", ["roundrobin", "hybrid"]);
+  if (aff && aff.ratio >= EXPLAIN_RATIO) {
+    lines.push(`  burst: affinity's bursts took ${x(aff.ratio)} ${aff.to.arm}'s (${fmt(aff.to.value, aff.unit)}): it put each whole burst on one card.`);
+  }
+  const within: string[] = [];
+  const behind: string[] = [];
+  for (const r of rows) {
+    const hybrid = cell(r, "hybrid");
+    if (!hybrid) continue;
+    const label = `${r.workload} ${r.what}`;
+    if (hybrid.relative <= AT_BEST) within.push(label);
+    else behind.push(`${label} (${x(hybrid.relative)} ${r.best.arm}'s ${fmt(r.best.value, r.unit)})`);
+  }
+  if (behind.length === 0 && within.length > 0) {
+    const both = agent && burst && within.includes(`agent ${agent.what}`) && within.includes(`burst ${burst.what}`);
+    lines.push(`  hybrid was within 5 % of the best arm on every figure${both ? ": it kept the agent loop warm and the burst spread." : "."}`);
+  } else if (behind.length > 0) {
+    lines.push(`  hybrid was ${within.length > 0 ? `within 5 % of the best arm on ${list(within)}, and ` : ""}behind on ${list(behind)}.`);
+  }
+  return lines.length > 1 ? lines : [];
+}
+
+/** "a", "a and b", "a, b and c". */
+function list(items: string[]): string {
+  return items.length <= 1 ? (items[0] ?? "") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`;
+}
 
 /** A port nothing listens on right now (the OS picks it; the routers reuse it in turn). */
 function freePort(): Promise<number> {

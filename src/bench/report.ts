@@ -398,11 +398,12 @@ function warned(s: ArmSummary): string {
   const largest = new Map<string, number>();
   const other: string[] = [];
   for (const w of s.capacityWarnings) {
-    const m = w.match(/^(\S+): working set ~(\d+)/);
-    if (m) largest.set(m[1]!, Math.max(largest.get(m[1]!) ?? 0, Number(m[2])));
+    // The router's finding: "gpu1: working set ~130,000 tokens, 106% of kv_tokens …".
+    const m = w.match(/^(\S+): working set ~([\d,]+)/);
+    if (m) largest.set(m[1]!, Math.max(largest.get(m[1]!) ?? 0, Number(m[2]!.replaceAll(",", ""))));
     else other.push(w);
   }
-  return `yes: ${[...[...largest].map(([replica, tokens]) => `${replica} ~${tokens}`), ...other].join(", ")}`;
+  return `yes: ${[...[...largest].map(([replica, tokens]) => `${replica} ~${int(tokens)}`), ...other].join(", ")}`;
 }
 
 export function headlineLines(list: readonly Headline[]): string {

@@ -850,7 +850,13 @@ export class Cluster {
 
   private heartbeat(): void {
     const now = this.now();
-    for (const name of this.peers.expire(now)) this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
+    // Every message comes through Redis: when this instance's own heartbeats stopped coming
+    // back too (or Redis is known to be away), a silent peer says nothing about that peer.
+    const redisAway = this.state !== "up" || now - this.lastOwnEcho > this.heartbeatMs * 1.5;
+    for (const name of this.peers.expire(now)) {
+      if (redisAway) this.deps.log.info("cluster: no word from an instance while Redis is away; its in-flight counts are dropped until it reports again", { instance: name });
+      else this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
+    }
     for (const [incarnation, o] of this.otherVersions) if (now - o.seenAt > this.heartbeatMs * PEER_TTL_BEATS) this.otherVersions.delete(incarnation);
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return;

@@ -1,6 +1,7 @@
 import { defineCommand } from "citty";
 import { DEFAULT_METRICS_PATH, describeConfig, loadConfigFile } from "../config.ts";
 import { renderEngineReport, reportEngine } from "../engines/report.ts";
+import { formatIssue } from "../errors.ts";
 import { authHeaders } from "../fleet/fleet.ts";
 
 export default defineCommand({
@@ -15,6 +16,7 @@ export default defineCommand({
   async run({ args }) {
     const config = await loadConfigFile(args.config);
     console.log(describeConfig(config));
+    if (config.notes.length > 0) console.log(`\n${config.notes.map((n) => `# note: ${formatIssue(n)}`).join("\n")}`);
     console.log(`\n# ok: ${config.replicas.length} replica(s), policy ${config.routing.policy}`);
     if (!args.probe) return 0;
     console.log("\n# engines");

@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import { loadConfigFile, type Listen } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
 import { describeFetchError } from "../fleet/fleet.ts";
-import { int, pct, table } from "../ops/table.ts";
+import { duration, int, pct, table } from "../ops/table.ts";
 import type { ReplicaStatus, StatusDocument } from "../ops/telemetry.ts";
 
 const DEFAULT_CONFIG = "router.toml";
@@ -18,23 +18,40 @@ export default defineCommand({
   },
   async run({ args }) {
     const base = (args.url ?? (await urlFromConfig(args.config))).replace(/\/+$/, "");
-    const key = args["api-key"] ?? process.env.LLMROUTE_API_KEY;
-    let status: StatusDocument;
-    try {
-      const res = await fetch(`${base}/status`, {
-        headers: key ? { authorization: `Bearer ${key}` } : {},
-        signal: AbortSignal.timeout(5000),
-      });
-      if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
-      status = (await res.json()) as StatusDocument;
-    } catch (error) {
-      throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+    const flagKey = args["api-key"];
+    const key = flagKey || process.env.LLMROUTE_API_KEY || undefined;
+    const status = await readStatus(base, key);
+    // The router's own 401 tells an API client to send a header; this command's user needs
+    // its flag or variable. The key itself is never printed.
+    if (status === "unauthorized") {
+      const message = key
+        ? `status: ${base}/status refused the key given ${flagKey ? "with --api-key" : "in LLMROUTE_API_KEY"} (server.api_keys): pass one of the router's client keys`
+        : `status: ${base}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`;
+      throw new LlmrouteError("unreachable", message, { exitCode: 2 });
     }
     if (args.json) console.log(JSON.stringify(status, null, 2));
     else console.log(formatStatus(status, Date.now()));
     return status.healthy === status.replicas.length && status.warnings.length === 0 ? 0 : 1;
   },
 });
+
+/** GET /status; "unauthorized" for a 401 (the caller says which key to give); any other failure throws. */
+async function readStatus(base: string, key: string | undefined): Promise<StatusDocument | "unauthorized"> {
+  try {
+    const res = await fetch(`${base}/status`, {
+      headers: key ? { authorization: `Bearer ${key}` } : {},
+      signal: AbortSignal.timeout(5000),
+    });
+    if (res.status === 401) {
+      await res.body?.cancel();
+      return "unauthorized";
+    }
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
+    return (await res.json()) as StatusDocument;
+  } catch (error) {
+    throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+  }
+}
 
 /** The API's error JSON carries the reason (e.g. where the admin listener is); anything else, its first 200 characters. */
 function errorMessage(body: string): string {
@@ -91,9 +108,12 @@ export function formatStatus(s: StatusDocument, now: number): string {
   const window = `WORKING SET (${Math.round(s.capacity_window_s / 60)}m) / KV`;
   const body = table(["REPLICA", "HEALTH", "INFLIGHT", "SERVED", "FAILOVERS", "CONVERSATIONS", window, "HIT avail/capt/deliv", "ENGINE run/wait/kv"], rows, { right: [2, 3, 4, 5] });
   const models = modelRows(s.replicas);
-  const warnings = s.replicas.flatMap((r) =>
-    r.warnings.map((w) => `  ${r.name}: ${w}${w.startsWith("down") && r.last_error ? ` (${duration((now - Date.parse(r.last_error.at)) / 1000)} ago)` : ""}`),
-  );
+  const warnings = s.replicas.flatMap((r) => r.warnings.map((w) => `  ${r.name}: ${w}`));
+  // The capacity findings are one line each; what helps is the same for every card over its
+  // budget (it is the fleet's and the policy's), so it is said once.
+  const advice = new Map<string, string[]>();
+  for (const r of s.replicas) if (r.capacity_advice) advice.set(r.capacity_advice, [...(advice.get(r.capacity_advice) ?? []), r.name]);
+  for (const [text, names] of advice) warnings.push(`  what helps (${names.join(", ")}): ${text}`);
   const global = s.warnings.filter((w) => w.startsWith("cluster: ")).map((w) => `  ${w}`);
   return [
     head,
@@ -102,16 +122,24 @@ export function formatStatus(s: StatusDocument, now: number): string {
     // Per model, because a model's prefixes can only live on the replicas that serve it:
     // a fleet-wide sum counts other models' cards as room this model does not have.
     ...(models.length > 0 ? ["", table(["MODEL", "REPLICAS", `${window} (its replicas, summed)`], models)] : []),
-    ...clusterSection(s),
+    ...clusterSection(s, now),
     ...(warnings.length + global.length ? ["", "warnings:", ...warnings, ...global] : []),
   ].join("\n");
 }
 
 /** The router instances sharing state (absent without [cluster], and from older routers). */
-function clusterSection(s: StatusDocument): string[] {
+function clusterSection(s: StatusDocument, now: number): string[] {
   const c = s.cluster;
   if (!c) return [];
-  const head = `cluster ${c.namespace} on ${c.redis} · ${c.state === "up" ? "connected" : c.state.toUpperCase()} · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
+  // Every instance is heard through Redis: while it is away, this one hears no other, which
+  // says nothing about how many are running.
+  const reach =
+    c.state === "up"
+      ? `connected · ${c.instances.length} instance${c.instances.length === 1 ? "" : "s"}`
+      : c.state === "down"
+        ? `Redis away for ${duration((now - Date.parse(c.since)) / 1000)} · other instances unknown until it is back`
+        : c.state.toUpperCase();
+  const head = `cluster ${c.namespace} on ${c.redis} · ${reach} · backlog ${int(c.backlog_events)} event${c.backlog_events === 1 ? "" : "s"}`;
   const rows = c.instances.map((i) => [
     i.self ? `${i.name} (this)` : i.name,
     i.self ? "-" : `${(i.last_heartbeat_ms / 1000).toFixed(1)}s ago`,
@@ -140,11 +168,4 @@ function engineCell(e: Record<string, unknown>, now: number, staleAfterMs: numbe
   if (e.error) return `error: ${e.error}`;
   const v = (k: string) => (typeof e[k] === "number" ? (k === "kv_usage" ? pct(e[k] as number) : String(e[k])) : "?");
   return `${v("running")}/${v("waiting")}/${v("kv_usage")}`;
-}
-
-function duration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }

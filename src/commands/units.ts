@@ -33,13 +33,27 @@ export function renderUnit(kind: "systemd" | "quadlet", paths: { binary?: string
     .replaceAll(`--config ${DEFAULT_CONFIG}`, `--config ${config ?? DEFAULT_CONFIG}`);
 }
 
+/**
+ * Directories the systemd unit's sandbox hides, and the setting that hides them:
+ * ProtectHome=yes makes /home, /root and /run/user empty and inaccessible; PrivateTmp=yes
+ * gives the service its own empty /tmp and /var/tmp (systemd.exec(5)).
+ */
+const HIDDEN = [
+  { dir: "/run/user", why: "ProtectHome=yes hides from the service" },
+  { dir: "/home", why: "ProtectHome=yes hides from the service" },
+  { dir: "/root", why: "ProtectHome=yes hides from the service" },
+  { dir: "/var/tmp", why: "PrivateTmp=yes replaces with an empty directory for the service" },
+  { dir: "/tmp", why: "PrivateTmp=yes replaces with an empty directory for the service" },
+];
+
 /** What the systemd unit's sandbox will hide from the paths given (printed on stderr). */
 export function unitWarnings(kind: "systemd" | "quadlet", paths: { binary?: string; config?: string }, cwd = process.cwd()): string[] {
   if (kind !== "systemd") return [];
   return (["binary", "config"] as const).flatMap((which) => {
     const path = paths[which] === undefined ? undefined : resolve(cwd, paths[which]);
-    return path && /^\/(home|root|run\/user)\//.test(path)
-      ? [`llmroute units: ${path} is under ${path.split("/")[1] === "run" ? "/run/user" : `/${path.split("/")[1]}`}, which ProtectHome=yes hides from the service; install the ${which} elsewhere (e.g. ${which === "binary" ? DEFAULT_BINARY : DEFAULT_CONFIG})`]
+    const hidden = path === undefined ? undefined : HIDDEN.find((h) => path.startsWith(`${h.dir}/`));
+    return hidden
+      ? [`llmroute units: ${path} is under ${hidden.dir}, which ${hidden.why}; install the ${which} elsewhere (e.g. ${which === "binary" ? DEFAULT_BINARY : DEFAULT_CONFIG})`]
       : [];
   });
 }

@@ -2,9 +2,10 @@
  * The capacity wall (seed: "routing cannot rescue arithmetic"). A running sequence and its
  * cached prefixes draw on one per-card KV pool; when the prefixes of recently active
  * conversations on a replica exceed its `kv_tokens`, the engine evicts and re-prefills.
- * Say so once per episode, with the numbers and the levers that apply: when the fleet's
- * distinct working set exceeds the fleet's KV, no placement helps; when it fits, the cards
- * are unevenly loaded or hold the same prefixes twice, and placement can help.
+ * Say so once per episode, in one short line (the finding) with the numbers, and apart from
+ * it the advice that applies under the running policy: when the fleet's distinct working set
+ * exceeds the fleet's KV, no placement helps; when it fits, the cards are unevenly loaded or
+ * hold the same prefixes twice, and placement can help — how, depends on the policy.
  */
 import type { Log } from "../log.ts";
 import { DEFAULT_CHARS_PER_TOKEN, type Replica } from "./fleet.ts";
@@ -19,7 +20,9 @@ export interface CapacityReading {
   over: boolean;
   /** When the current over-budget episode began (ms), if over. */
   since?: number;
-  /** Why, and what would help (set while over). */
+  /** One line: how far over, and whether placement can help (set while over). */
+  finding?: string;
+  /** Why, and what would help under the running policy (set while over): the details. */
   advice?: string;
 }
 
@@ -34,6 +37,26 @@ const CLEAR_RATIO = 0.9;
 
 export const CAPACITY_LEVERS = "add a card, compact context client-side, or run fewer large contexts at once";
 
+/**
+ * What the running policy does about a card over its KV while the fleet has room, and what
+ * would do better (each policy's own header in src/route/policies says what it selects).
+ */
+function placementAdvice(policy: string): string {
+  const instead = 'hybrid (routing.policy = "hybrid", the default) would keep each conversation on one card and place new ones on a card with KV room.';
+  switch (policy) {
+    case "hybrid":
+      return "The running policy, hybrid, already puts a new conversation on a card with KV room and copies a shared prefix only when its holder is far behind: an overflow that lasts comes from conversations that grew on the card they are pinned to.";
+    case "cache-aware":
+      return `The running policy, cache-aware, follows a long cached match wherever it is and sends the rest to the card with the smallest working set, blind to how much room a new conversation needs; ${instead}`;
+    case "hybrid-plain":
+      return `The running policy, hybrid-plain, pins conversations and spreads new ones by a counter, blind to KV room; ${instead}`;
+    case "affinity":
+      return `The running policy, affinity, keeps every conversation and every shared first segment where it was first placed, whatever that card holds; ${instead}`;
+    default:
+      return `The running policy, ${policy}, ignores where prefixes are cached, so the cards end up holding the same conversations; ${instead}`;
+  }
+}
+
 export class CapacityWatch {
   private readonly episodes = new Map<string, number>();
   /** Warnings issued per replica (the metric counts them). */
@@ -41,7 +64,11 @@ export class CapacityWatch {
   readings: CapacityReading[] = [];
   fleet: FleetCapacity = { workingSetTokens: 0, kvTokens: 0 };
 
-  constructor(private readonly log: Log) {}
+  /** `policy`: the running routing policy's name (read at each update: a reload may change it). */
+  constructor(
+    private readonly log: Log,
+    private readonly policy: () => string = () => "hybrid",
+  ) {}
 
   /**
    * Update from the working set in characters (prefix index, within the window): per
@@ -72,23 +99,30 @@ export class CapacityWatch {
     };
     const fleetFits = this.fleet.workingSetTokens <= this.fleet.kvTokens;
     const fmt = (n: number) => n.toLocaleString("en-US");
+    const levers = `${CAPACITY_LEVERS[0]!.toUpperCase()}${CAPACITY_LEVERS.slice(1)}.`;
     const advice = fleetFits
-      ? `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help (the default policy, hybrid, puts a new conversation on a card with KV room and copies a shared prefix only when its holder is far behind; cache-aware places by the smallest working set); if it does not, ${CAPACITY_LEVERS}`
-      : `the fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}), so routing cannot fix this: ${CAPACITY_LEVERS}`;
+      ? `The fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} of ${fmt(this.fleet.kvTokens)} KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice. ${placementAdvice(this.policy())} If it lasts: ${CAPACITY_LEVERS}.`
+      : `The fleet's distinct working set (~${fmt(this.fleet.workingSetTokens)} tokens) exceeds all its KV (${fmt(this.fleet.kvTokens)}): no placement fits it. ${levers}`;
+    const verdict = fleetFits ? "the fleet has room, so placement can help" : "the fleet is full too, so routing cannot fix this";
 
     this.readings = replicas.map((r) => {
       const tokens = Math.round(tokensOf(r));
       const kv = kvOf(r);
       const ratio = kv > 0 ? tokens / kv : 0;
       let since = this.episodes.get(r.name);
+      const finding = `working set ~${fmt(tokens)} tokens, ${Math.round(ratio * 100)}% of kv_tokens ${fmt(kv)}: the engine evicts and re-prefills; ${verdict}`;
       if (kv > 0 && since === undefined && ratio > 1) {
         since = now;
         this.episodes.set(r.name, now);
         this.warnings.set(r.name, (this.warnings.get(r.name) ?? 0) + 1);
-        this.log.warn(
-          `capacity: ${r.name} holds ~${fmt(tokens)} tokens of recently active prefixes, over its KV budget of ${fmt(kv)} (${Math.round(ratio * 100)}%); the engine will evict and re-prefill — ${advice}`,
-          { replica: r.name, working_set_tokens: tokens, kv_tokens: kv, fleet_working_set_tokens: this.fleet.workingSetTokens, fleet_kv_tokens: this.fleet.kvTokens },
-        );
+        this.log.warn(`capacity: ${r.name} ${finding}`, {
+          replica: r.name,
+          working_set_tokens: tokens,
+          kv_tokens: kv,
+          fleet_working_set_tokens: this.fleet.workingSetTokens,
+          fleet_kv_tokens: this.fleet.kvTokens,
+          advice,
+        });
       } else if (since !== undefined && ratio < CLEAR_RATIO) {
         this.episodes.delete(r.name);
         since = undefined;
@@ -100,7 +134,7 @@ export class CapacityWatch {
         kvTokens: kv,
         ratio,
         over: since !== undefined,
-        ...(since === undefined ? {} : { since, advice }),
+        ...(since === undefined ? {} : { since, finding, advice }),
       };
     });
     return this.readings;

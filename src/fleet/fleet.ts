@@ -4,12 +4,16 @@
  * Health tells a blip from a death (Envoy's outlier detection and a circuit breaker's
  * half-open state, in small): a refused connection or a failed active check demotes a
  * replica at once; a 502/503/504, a reset or a timeout only after `failures` in a row. A
- * demoted replica whose active check passes again is half-open: one request goes there,
- * and its success brings the replica back. When every replica of a pool is down, requests
- * go to all of them anyway (panic mode) rather than to none. What a replica has cached is
- * declared lost only on evidence — it refused connections at an active check (no process
- * listens), or its engine reports a new process start time or counters that went back —
- * never because of a failed request. No timers here; the caller owns the schedule.
+ * replica demoted by what an active check sees (a refused connection, a failing /health) is
+ * up again at its next passing check: that check answers the question that demoted it, and
+ * a quiet fleet must not wait for traffic to look healthy. A replica demoted by failed
+ * requests is half-open when its check passes (its /health may have passed all along): one
+ * request goes there, and its success brings the replica back. When every replica of a pool
+ * is down, requests go to all of them anyway (panic mode) rather than to none. What a
+ * replica has cached is declared lost only on evidence — it refused connections at an active
+ * check (no process listens), or its engine reports a new process start time or counters
+ * that went back — never because of a failed request. No timers here; the caller owns the
+ * schedule.
  */
 import { DEFAULT_METRICS_PATH, type ReplicaConfig } from "../config.ts";
 import { clip, type Log } from "../log.ts";
@@ -99,6 +103,11 @@ export class Replica {
   kvBelief?: number;
   /** Commit times of the requests running here (a slotted engine's busy slots). */
   private readonly runningCommits = new Map<number, number>();
+  /**
+   * What took it out of routing: "check" — nothing listened or /health failed, which a
+   * passing check settles; "requests" — failed requests, which only a request can settle.
+   */
+  demotedBy?: "check" | "requests";
   /** Model cards from /v1/models (or synthesised from config). */
   cards: ModelCard[] = [];
   discovered = false;
@@ -116,7 +125,7 @@ export class Replica {
   readonly prefill = new PrefillQueue();
 
   constructor(public config: ReplicaConfig) {
-    this.cards = config.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
+    this.cards = config.models.map(configCard);
   }
 
   get name(): string {
@@ -304,7 +313,7 @@ export class Fleet {
         return new Replica(c);
       }
       existing.config = c;
-      if (c.models.length > 0) existing.cards = c.models.map((id) => ({ id, object: "model", owned_by: "llmroute" }));
+      if (c.models.length > 0) existing.cards = c.models.map((id) => existing.cards.find((card) => card.id === id) ?? configCard(id));
       return existing;
     });
     const added = next.filter((r) => !this.replicas.includes(r)).map((r) => r.name);
@@ -400,14 +409,25 @@ export class Fleet {
     const trial = replica.state === "half-open" && replica.trial;
     replica.trial = false;
     if (failure.kind === "refused" || trial || replica.consecutiveFailures >= this.options.failures) {
-      const why = trial ? `trial request failed: ${failure.reason}` : failure.kind === "refused" ? failure.reason : `${replica.consecutiveFailures} failures in a row, the last: ${failure.reason}`;
-      this.demote(replica, why);
+      const why = trial
+        ? `trial request failed: ${failure.reason}`
+        : failure.kind === "refused" || replica.consecutiveFailures === 1
+          ? failure.reason
+          : `${replica.consecutiveFailures} failures in a row, the last: ${failure.reason}`;
+      this.demote(replica, why, failure.kind === "refused" && !trial ? "check" : "requests");
     }
   }
 
-  /** Take a replica out of routing now (its next passing active check makes it half-open). */
-  demote(replica: Replica, reason: string): void {
+  /**
+   * Take a replica out of routing now. `by` "check": a refused connection or a failed active
+   * check, which its next passing check settles (up); "requests": failed requests, after
+   * which a passing check makes it half-open, for one trial request.
+   */
+  demote(replica: Replica, reason: string, by: "check" | "requests"): void {
     replica.lastError = { message: reason, at: this.now() };
+    // Evidence from requests outweighs a check's: a replica that fails requests while its
+    // /health answers stays on trial until a request succeeds.
+    if (by === "requests" || replica.state !== "down") replica.demotedBy = by;
     if (replica.state === "down") return;
     replica.state = "down";
     replica.trial = false;
@@ -450,11 +470,13 @@ export class Fleet {
       if (first) {
         replica.lastError = { message: failure, at: this.now() };
         replica.downSince = this.now();
+        replica.demotedBy = "check";
         this.options.log.warn("replica down", { replica: replica.name, reason: failure });
-      } else this.demote(replica, failure);
+      } else this.demote(replica, failure, "check");
       return;
     }
     if (first) this.up(replica, "replica up");
+    else if (replica.state === "down" && replica.demotedBy !== "requests") this.up(replica, "replica up again: health check passed");
     else if (replica.state === "down") {
       replica.state = "half-open";
       replica.trial = false;
@@ -465,7 +487,9 @@ export class Fleet {
 
   private up(replica: Replica, msg: string): void {
     replica.state = "up";
+    replica.trial = false;
     replica.downSince = undefined;
+    replica.demotedBy = undefined;
     replica.cacheLost = false;
     replica.consecutiveFailures = 0;
     this.options.log.info(msg, { replica: replica.name, models: replica.cards.map((c) => c.id).join(",") });
@@ -495,7 +519,11 @@ export class Fleet {
       this.options.healthTimeoutMs,
     );
     replica.rediscover = false;
-    if (found.cards && replica.config.models.length === 0) {
+    if (found.cards && replica.config.models.length > 0) {
+      // The configured list decides what it serves; the engine's own card (vLLM's
+      // max_model_len, root …) is what clients should see for the models it lists.
+      replica.cards = replica.config.models.map((id) => found.cards!.find((c) => c.id === id) ?? configCard(id));
+    } else if (found.cards) {
       replica.cards = found.cards;
       replica.discovered = true;
     }
@@ -598,6 +626,11 @@ export class Fleet {
 function splitToken(token: string): [string, string] {
   const space = token.indexOf(" ");
   return space < 0 ? ["start", token] : [token.slice(0, space), token.slice(space + 1)];
+}
+
+/** The card of a configured model the engine has not listed (yet). */
+function configCard(id: string): ModelCard {
+  return { id, object: "model", owned_by: "llmroute" };
 }
 
 /** The replica's own key, never the client's. */

@@ -11,6 +11,7 @@ import type { RequestRecord } from "../proxy/proxy.ts";
 import type { CapacityEvidence, Router } from "../route/router.ts";
 import { missingFacts } from "../engines/discover.ts";
 import { Registry } from "./prom.ts";
+import { duration } from "./table.ts";
 import { RecentRequests } from "./recent.ts";
 
 export interface LiveState {
@@ -133,10 +134,8 @@ export class Telemetry {
       const prompt = this.promptTokens.get({ replica: r.name });
       const cached = this.cachedTokens.get({ replica: r.name });
       const warnings: string[] = [];
-      if (cap?.over) {
-        warnings.push(`working set ~${cap.workingSetTokens} tokens exceeds kv_tokens ${cap.kvTokens}: the engine evicts and re-prefills; ${cap.advice}`);
-      }
-      if (r.state !== "up" && r.lastError) warnings.push(`${r.state}: ${r.lastError.message}`);
+      if (cap?.over && cap.finding) warnings.push(cap.finding);
+      if (r.state !== "up" && r.lastError) warnings.push(healthWarning(r, now));
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {
         warnings.push(
@@ -194,6 +193,7 @@ export class Telemetry {
             }
           : null,
         warnings,
+        capacity_advice: cap?.over ? (cap.advice ?? null) : null,
       };
     });
     return {
@@ -211,6 +211,17 @@ export class Telemetry {
       warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(clusterStatus?.warnings.map((w) => `cluster: ${w}`) ?? [])],
     };
   }
+}
+
+/**
+ * A replica out of routing, with how long: "down for 3m05s: health check: connection
+ * refused"; a half-open one says when it was demoted and why, and that a request decides.
+ */
+function healthWarning(r: Fleet["replicas"][number], now: number): string {
+  const error = r.lastError!;
+  const age = duration((now - (r.downSince ?? error.at)) / 1000);
+  if (r.state === "half-open") return `half-open: demoted ${age} ago (${error.message}); its health check passes again, so its next request is a trial`;
+  return `down for ${age}: ${error.message}`;
 }
 
 export interface ReplicaStatus {
@@ -255,7 +266,10 @@ export interface ReplicaStatus {
   engine: Record<string, unknown> | null;
   /** What the engine is, as discovered: family, version, capacity, counters, what is missing and how to add it. */
   facts: Record<string, unknown> | null;
+  /** One line each: what needs a look. */
   warnings: string[];
+  /** While its working set is over kv_tokens: why, and what helps under the running policy (the capacity warning's details). */
+  capacity_advice: string | null;
 }
 
 export interface StatusDocument {
@@ -296,8 +310,9 @@ export function kvView(r: Replica, evidence: CapacityEvidence): {
     contradiction = `kv_tokens ${fmt(configured)} is more than this card holds: the engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}`;
   } else if (configured !== null && lower !== undefined && lower > 1.25 * configured) {
     contradiction = `kv_tokens ${fmt(configured)} is less than this card holds: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
-  } else if (configured !== null && published && published.from !== "/props" && (configured > 1.2 * published.tokens || configured < published.tokens / 1.2)) {
-    contradiction = `kv_tokens ${fmt(configured)} differs from the engine's own ${fmt(published.tokens)} (${published.from}); the router assumes the smaller`;
+  } else if (configured !== null && published && published.from !== "/props" && configured > 1.2 * published.tokens) {
+    // (A kv_tokens below the engine's own is the operator's choice, e.g. room kept for running sequences.)
+    contradiction = `kv_tokens ${fmt(configured)} is more than the engine's own ${fmt(published.tokens)} (${published.from}); the router assumes ${fmt(published.tokens)}`;
   }
   return {
     configured,

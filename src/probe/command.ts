@@ -34,7 +34,10 @@ async function attempt(target: Target, run: () => Promise<EngineReport | ViaRepo
     return await run();
   } catch (error) {
     if (!(error instanceof ProbeError)) throw error;
-    return { mode: "error", target: { label: target.label, url: target.url }, error: error.message, verdict: { code: 2, summary: `could not probe: ${error.message}` } };
+    // The client's errors start with the target's name, for when they travel alone; here the
+    // report (its header, the "all" line, the reason) names the target already.
+    const message = error.message.startsWith(`${target.label}: `) ? error.message.slice(target.label.length + 2) : error.message;
+    return { mode: "error", target: { label: target.label, url: target.url }, error: message, verdict: { code: 2, summary: `could not probe: ${message}` } };
   }
 }
 
@@ -103,7 +106,8 @@ export async function runProbe(options: ProbeOptions, env: ProbeEnv): Promise<Pr
     }
   }
   const worst = outcomes.filter((o) => codeOf(o) === exitCode);
-  const reason = worst.map((o) => (outcomes.length > 1 ? `${o.target.label}: ${o.verdict.summary}` : o.verdict.summary)).join("; ");
+  // A replica is named (a URL is in the message already).
+  const reason = worst.map((o) => (outcomes.length > 1 || mode.kind === "replica" ? `${o.target.label}: ${o.verdict.summary}` : o.verdict.summary)).join("; ");
   return { exitCode, reason };
 }
 

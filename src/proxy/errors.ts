@@ -5,13 +5,23 @@
  */
 import type { Endpoint } from "../route/shape.ts";
 
+/**
+ * vLLM's types: its application errors are named as the openai client names the exception
+ * for that status (create_error_response in vllm/entrypoints/serve/utils/error_response.py:
+ * BadRequestError, NotFoundError …), and the openai client has no such name for 405 or 413;
+ * an HTTPException it types by the status's reason phrase (http_exception_handler in
+ * vllm/entrypoints/serve/utils/server_utils.py: `HTTPStatus(code).phrase`). The router's
+ * 405 and 413 are errors of that kind: they get the phrase. (413's on the Python 3.12 of
+ * vLLM's images; 3.13 renamed it "Content Too Large", after RFC 9110. OpenAI's own API
+ * calls a wrong method or URL "invalid_request_error", the Anthropic shape's type here.)
+ */
 const OPENAI_TYPES: Record<number, string> = {
   400: "BadRequestError",
   401: "AuthenticationError",
   404: "NotFoundError",
-  405: "BadRequestError",
+  405: "Method Not Allowed",
   408: "RequestTimeoutError",
-  413: "BadRequestError",
+  413: "Request Entity Too Large",
   502: "UpstreamError",
   503: "ServiceUnavailableError",
   504: "GatewayTimeoutError",

@@ -24,7 +24,13 @@ import { ResponseTap, type TapResult } from "./tap.ts";
 import { reportedCachedTokens, showsCachedTokens } from "../engines/usage.ts";
 import { UsageStripper, withUsageRequested } from "./usage.ts";
 
-export type Outcome = "ok" | "upstream_error" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
+/**
+ * How a request ended. rejected: refused by the router before routing; upstream_rejected:
+ * the replica answered 4xx (the request, the replica's key or its URL is wrong: counted
+ * apart so a misconfigured replica does not hide among the successes); upstream_error: it
+ * answered 5xx or failed mid-response.
+ */
+export type Outcome = "ok" | "upstream_error" | "upstream_rejected" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
 
 /** What happened to one request, for the log line and the metrics. */
 export interface RequestRecord {
@@ -435,9 +441,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const tap = new ResponseTap(contentType);
     const stripper = added !== undefined && isSse ? new UsageStripper() : undefined;
     let finished = false;
-    const finish = (outcome: Outcome, error?: string) => {
+    const finish = (ended: Outcome, error?: string) => {
       if (finished) return;
       finished = true;
+      // A complete answer is "ok" only when it is a success: the engine's error is its verdict.
+      const outcome: Outcome = ended !== "ok" ? ended : res.status >= 500 ? "upstream_error" : res.status >= 400 ? "upstream_rejected" : "ok";
       release();
       flights.delete(flight);
       replica.inflight--;
@@ -473,7 +481,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
         route,
         status: res.status,
         stream: ctx.shape.stream,
-        outcome: outcome === "ok" && res.status >= 500 ? "upstream_error" : outcome,
+        outcome,
         promptTokens: usage.promptTokens,
         cachedTokens: usage.cachedTokens,
         completionTokens: usage.completionTokens,

@@ -58,6 +58,48 @@ const CUT_FLUSH_MS = 1_000;
 export async function startRouter(initial: Config, options: StartOptions = {}): Promise<RouterServer> {
   let config = initial;
   const log = options.log ?? createLog({ format: config.server.log_format });
+
+  // Bind first: a busy port fails here, before the state file is read, a replica checked or
+  // the cluster joined (each would log as if the router were starting). A request that
+  // arrives meanwhile waits for the start to finish; /health answers 503 at once, so a load
+  // balancer does not count a starting router in.
+  let apps: { api: App; admin?: App } | undefined;
+  let started!: () => void;
+  const ready = new Promise<void>((resolve) => (started = resolve));
+  const listen = (l: Config["server"]["listen"], which: "api" | "admin"): Server<undefined> =>
+    Bun.serve({
+      hostname: l.host,
+      port: l.port,
+      // Bodies are bounded by server.max_body in the proxy, with an API error instead of a bare 413.
+      maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
+      async fetch(req, srv) {
+        // A cold prefill can keep a response silent for minutes; don't let the idle timer cut
+        // it (routing.first_byte_timeout and stream_idle_timeout bound it instead).
+        const health = req.url.endsWith("/health");
+        if (!health) srv.timeout(req, 0);
+        const client = { ip: srv.requestIP(req)?.address };
+        if (!apps) {
+          if (health) return Response.json({ status: "starting", healthy: [], replicas: config.replicas.length }, { status: 503 });
+          await ready;
+        }
+        return apps![which]!.fetch(req, client);
+      },
+      error(error) {
+        log.error("unhandled error", { error: error.message });
+        return Response.json({ error: { message: "internal router error", type: "InternalServerError", param: null, code: 500 } }, { status: 500 });
+      },
+    });
+  const separateAdmin = config.server.admin_listen !== undefined;
+  const server = listen(config.server.listen, "api");
+  let admin: Server<undefined> | undefined;
+  try {
+    admin = separateAdmin ? listen(config.server.admin_listen!, "admin") : undefined;
+  } catch (error) {
+    await server.stop(true);
+    throw error;
+  }
+
+  logNotes(log, config);
   const hasher = createHasher();
   const indexOptions = (c: Config) => ({ maxEntries: c.routing.index_max_entries, ttlMs: c.routing.index_ttl_ms, windowMs: c.routing.capacity_window_ms });
   const router = new Router({
@@ -82,7 +124,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       router.windowFeedback(replica.name, delta.hits, held, replica.kvBelief ?? Infinity, Date.now());
     },
   });
-  const capacity = new CapacityWatch(log);
+  const capacity = new CapacityWatch(log, () => config.routing.policy);
   const startedAt = Date.now();
   const c = config.cluster;
   const cluster = c
@@ -94,16 +136,21 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   router.sink = cluster?.sink;
   const telemetry = new Telemetry(() => ({ config, fleet, router, capacity, startedAt, cluster }));
 
-  if (config.routing.state_file) {
-    // The index is a hint: an unreadable or corrupt file means a cold start, never a refusal to start.
-    const loaded = await loadState(config.routing.state_file, router, (name) => fleet.byName(name)?.config.url, config.routing.chunk_chars);
-    if (loaded.status === "restored") log.info("restored routing state", { file: config.routing.state_file, ...loaded.counts });
-    else if (loaded.status === "unusable") log.warn("routing state not restored; starting cold", { file: config.routing.state_file, reason: loaded.reason });
+  try {
+    if (config.routing.state_file) {
+      // The index is a hint: an unreadable or corrupt file means a cold start, never a refusal to start.
+      const loaded = await loadState(config.routing.state_file, router, (name) => fleet.byName(name)?.config.url, config.routing.chunk_chars);
+      if (loaded.status === "restored") log.info("restored routing state", { file: config.routing.state_file, ...loaded.counts });
+      else if (loaded.status === "unusable") log.warn("routing state not restored; starting cold", { file: config.routing.state_file, reason: loaded.reason });
+    }
+    // A new instance catches up from the cluster (bounded by catch_up_timeout) before it serves.
+    await Promise.all([fleet.checkAll(), cluster?.start()]);
+  } catch (error) {
+    await Promise.all([server.stop(true), admin?.stop(true)]);
+    throw error;
   }
   // Every request that finished may have changed what the state file holds.
   let changes = 0;
-  // A new instance catches up from the cluster (bounded by catch_up_timeout) before it serves.
-  await Promise.all([fleet.checkAll(), cluster?.start()]);
 
   const proxy = createProxy({
     config: () => config,
@@ -143,30 +190,11 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     syncBudgets();
     capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now()), Date.now());
   };
-  const separateAdmin = config.server.admin_listen !== undefined;
   let adminUrl: string | undefined;
   const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity, adminUrl: () => adminUrl };
   const app = createApp({ ...appDeps, serves: { api: true, admin: !separateAdmin } });
-
-  const listen = (l: Config["server"]["listen"], handler: App): Server<undefined> =>
-    Bun.serve({
-      hostname: l.host,
-      port: l.port,
-      // Bodies are bounded by server.max_body in the proxy, with an API error instead of a bare 413.
-      maxRequestBodySize: Math.max(config.server.max_body_bytes * 2, 1 << 30),
-      fetch(req, srv) {
-        // A cold prefill can keep a response silent for minutes; don't let the idle timer cut
-        // it (routing.first_byte_timeout and stream_idle_timeout bound it instead).
-        if (!req.url.endsWith("/health")) srv.timeout(req, 0);
-        return handler.fetch(req, { ip: srv.requestIP(req)?.address });
-      },
-      error(error) {
-        log.error("unhandled error", { error: error.message });
-        return Response.json({ error: { message: "internal router error", type: "InternalServerError", param: null, code: 500 } }, { status: 500 });
-      },
-    });
-  const server = listen(config.server.listen, app);
-  const admin = separateAdmin ? listen(config.server.admin_listen!, createApp({ ...appDeps, serves: { api: false, admin: true } })) : undefined;
+  apps = { api: app, ...(admin ? { admin: createApp({ ...appDeps, serves: { api: false, admin: true } }) } : {}) };
+  started();
 
   const busy = new Set<string>();
   const guard = async (name: string, task: () => Promise<void>) => {
@@ -238,6 +266,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       if (JSON.stringify(next.cluster) !== JSON.stringify(config.cluster)) restart.push("cluster");
       if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
       next = { ...next, cluster: config.cluster, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
+      logNotes(log, next);
       const { added, removed, replaced } = fleet.reconcile(next.replicas);
       // A replica whose URL changed is another engine: what the old one cached is not there.
       for (const name of [...removed, ...replaced]) {
@@ -283,4 +312,9 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       await persist("stop");
     },
   };
+}
+
+/** What the loader changed in what was written (a replica URL's /v1), said once per load. */
+function logNotes(log: Log, config: Config): void {
+  for (const note of config.notes) log.info(`config: ${note.reason}`, { file: note.file, line: note.line, key: note.key, value: String(note.value) });
 }

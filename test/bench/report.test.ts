@@ -331,9 +331,11 @@ describe("several runs pooled for the detailed tables", () => {
   });
 
   it("capacity warnings: one entry per replica, its largest working set over the runs", () => {
-    const warnings = ["gpu1: working set ~130000 tokens exceeds kv_tokens 122636: …", "gpu0: working set ~125000 tokens exceeds kv_tokens 122636: …", "gpu1: working set ~140000 tokens exceeds kv_tokens 122636: …"];
+    // The router's one-line findings (src/fleet/capacity.ts), as /status lists them.
+    const finding = (replica: string, tokens: string, pct: number) => `${replica}: working set ~${tokens} tokens, ${pct}% of kv_tokens 122,636: the engine evicts and re-prefills; the fleet has room, so placement can help`;
+    const warnings = [finding("gpu1", "130,000", 106), finding("gpu0", "125,000", 102), finding("gpu1", "140,000", 114)];
     const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings }, replicas);
-    expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 ~140000, gpu0 ~125000\s+0$/m);
+    expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 ~140,000, gpu0 ~125,000\s+0$/m);
   });
 
   it("one run is itself", () => {

@@ -4,6 +4,7 @@
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { formatStatus } from "../../src/commands/status.ts";
+import type { ClusterStatus } from "../../src/cluster/cluster.ts";
 import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
@@ -44,6 +45,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     engine: null,
     facts: null,
     warnings: [],
+    capacity_advice: null,
     ...over,
   };
 }
@@ -129,6 +131,54 @@ describe("formatStatus: KV per model", () => {
   });
 });
 
+describe("formatStatus: capacity findings (issue 20, item 14)", () => {
+  it("one line per finding, and the advice once below the warnings, however many replicas share it", () => {
+    const finding = "working set ~5,000 tokens, 125% of kv_tokens 4,000: the engine evicts and re-prefills; the fleet has room, so placement can help";
+    const advice = "The fleet's distinct working set (~9,000 of 12,000 KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice. cache-aware, the running policy, …";
+    const over = { warnings: [finding], capacity_advice: advice };
+    const text = formatStatus(doc([replica("gpu0", over), replica("gpu1", over), replica("gpu2")], { warnings: [`gpu0: ${finding}`, `gpu1: ${finding}`] }), NOW);
+    const lines = text.split("\n");
+    const start = lines.indexOf("warnings:");
+    expect(lines.slice(start)).toEqual(["warnings:", `  gpu0: ${finding}`, `  gpu1: ${finding}`, `  what helps (gpu0, gpu1): ${advice}`]);
+  });
+});
+
+describe("formatStatus: the cluster (issue 20, item 16)", () => {
+  function cluster(over: Partial<ClusterStatus>): ClusterStatus {
+    return {
+      name: "r0",
+      redis: "redis://127.0.0.1:6379",
+      namespace: "llmroute",
+      state: "up",
+      since: ago(60),
+      last_error: null,
+      instances: [
+        { name: "r0", self: true, last_heartbeat_ms: 0, lag_ms: 0.4, inflight: 1 },
+        { name: "r1", self: false, last_heartbeat_ms: 400, lag_ms: 0.6, inflight: 2 },
+      ],
+      lag_ms: 0.4,
+      applied_id: "1-0",
+      backlog_events: 0,
+      events: { sent: 1, applied: 1, dropped: 0, malformed: 0, other_version: 0, unencodable: 0 },
+      disconnects: 0,
+      snapshot: null,
+      catch_up: null,
+      warnings: [],
+      ...over,
+    };
+  }
+  const head = (c: ClusterStatus) => formatStatus(doc([replica("gpu0")], { cluster: c }), NOW).split("\n").find((l) => l.startsWith("cluster "));
+
+  it("connected: the instances it hears", () => {
+    expect(head(cluster({}))).toBe("cluster llmroute on redis://127.0.0.1:6379 · connected · 2 instances · backlog 0 events");
+  });
+
+  it("Redis away: it hears no instance, so it says Redis is away instead of counting itself alone", () => {
+    const away = cluster({ state: "down", instances: [{ name: "r0", self: true, last_heartbeat_ms: 0, lag_ms: 0, inflight: 1 }], backlog_events: 12 });
+    expect(head(away)).toBe("cluster llmroute on redis://127.0.0.1:6379 · Redis away for 1m00s · other instances unknown until it is back · backlog 12 events");
+  });
+});
+
 describe("where status looks", () => {
   it("--config needs only the address: env: secrets that are not exported do not stop it", async () => {
     const gpu0 = await startSimProc("gpu0");
@@ -146,6 +196,24 @@ describe("where status looks", () => {
     expect(code).toBe(0);
     expect(stdout).toMatch(/^gpu0\s+up\s/m);
   });
+
+  it("a router with server.api_keys: the error names --api-key and LLMROUTE_API_KEY, a refused key is never echoed (issue 20, item 15)", async () => {
+    const gpu0 = await startSimProc("gpu0");
+    const router = await startRouterProc([gpu0], { toml: `[server]\napi_keys = ["env:STATUS_KEY"]\n`, env: { STATUS_KEY: "right-key-7f3a" } });
+    const env = { LLMROUTE_API_KEY: "" };
+    const none = await runCli(["status", "--url", router.url], { env });
+    expect(none.code).toBe(2);
+    expect(none.stderr.trim()).toBe(`status: ${router.url}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`);
+    const wrong = await runCli(["status", "--url", router.url, "--api-key", "wrong-key-91c2"], { env });
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr.trim()).toBe(`status: ${router.url}/status refused the key given with --api-key (server.api_keys): pass one of the router's client keys`);
+    expect(wrong.stderr + wrong.stdout).not.toContain("wrong-key-91c2");
+    const fromEnv = await runCli(["status", "--url", router.url], { env: { LLMROUTE_API_KEY: "wrong-key-91c2" } });
+    expect(fromEnv.stderr.trim()).toBe(`status: ${router.url}/status refused the key given in LLMROUTE_API_KEY (server.api_keys): pass one of the router's client keys`);
+    const right = await runCli(["status", "--url", router.url], { env: { LLMROUTE_API_KEY: "right-key-7f3a" } });
+    expect({ code: right.code, stderr: right.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(right.stdout).not.toContain("right-key-7f3a");
+  }, 30_000);
 
   it("an explicit --config that does not exist is an error, not the default address", async () => {
     const { code, stderr } = await runCli(["status", "--config", "/nonexistent/router.toml"]);

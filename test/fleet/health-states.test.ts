@@ -130,3 +130,71 @@ describe("a reload", () => {
     expect(fleet.byName("a")).not.toBe(a);
   });
 });
+
+describe("an active check that passes again (issue 20, item 11)", () => {
+  const refusedError = () => Object.assign(new Error("Unable to connect. Is the computer able to access the url?"), { code: "ConnectionRefused" });
+  /** A fleet whose health checks get `answers` in turn (a Response, or an error thrown by fetch). */
+  function checked(answers: (Response | Error)[]) {
+    const log = memoryLog();
+    let i = 0;
+    const fetch = async (input: string | URL | Request) => {
+      if (String(input).endsWith("/v1/models")) return Response.json({ object: "list", data: [{ id: "m", object: "model" }] });
+      // The engine's other endpoints (discovery asks /metrics, /api/version …) are not checks.
+      if (!String(input).endsWith("/health")) return new Response("not found", { status: 404 });
+      const a = answers[Math.min(i++, answers.length - 1)]!;
+      if (a instanceof Error) throw a;
+      return a;
+    };
+    const fleet = new Fleet([config("a")], { log, fetch, healthPath: "/health", healthTimeoutMs: 100, failures: 3 });
+    return { fleet, log, a: fleet.replicas[0]! };
+  }
+  const ok = () => new Response('{"status":"ok"}');
+  const loading = () => new Response('{"error":{"code":503,"message":"Loading model"}}', { status: 503 });
+
+  it.each([
+    ["refused its check (a restart)", [refusedError()]],
+    ["answered its check 503 (loading)", [loading()]],
+  ])("a replica that %s is up at its next passing check: the check is the evidence that demoted it", async (_name, failing) => {
+    const { fleet, log, a } = checked([ok(), ...failing, ok()]);
+    await fleet.check(a);
+    await fleet.check(a);
+    expect(a.state).toBe("down");
+    await fleet.check(a);
+    expect(a.state).toBe("up");
+    expect(fleet.views(fleet.replicas, new Set()).views[0]!.healthy).toBe(true);
+    expect(log.records.at(-1)).toMatchObject({ level: "info", msg: "replica up again: health check passed", fields: { replica: "a" } });
+  });
+
+  it("a replica down at the router's start is up at its first passing check", async () => {
+    const { fleet, a } = checked([refusedError(), ok()]);
+    await fleet.check(a);
+    expect(a.state).toBe("down");
+    await fleet.check(a);
+    expect(a.state).toBe("up");
+  });
+
+  it("a request refused (nothing listened) is settled by a passing check too", async () => {
+    const { fleet, a } = checked([ok()]);
+    await fleet.check(a);
+    fleet.failed(a, refused);
+    expect(a.state).toBe("down");
+    await fleet.check(a);
+    expect(a.state).toBe("up");
+  });
+
+  it.each([
+    ["health.failures requests in a row failed (5xx, timeouts)", (f: Fleet, a: Fleet["replicas"][number]) => [busy, slow, reset].forEach((x) => f.failed(a, x))],
+    ["its trial request failed", (f: Fleet, a: Fleet["replicas"][number]) => {
+      a.state = "half-open";
+      f.dispatched(a, false);
+      f.failed(a, busy);
+    }],
+  ])("demoted because %s, it is half-open: its /health passed all along, only a request can tell", async (_name, demote) => {
+    const { fleet, a } = checked([ok()]);
+    await fleet.check(a);
+    demote(fleet, a);
+    expect(a.state).toBe("down");
+    await fleet.check(a);
+    expect(a.state).toBe("half-open");
+  });
+});

@@ -2,6 +2,7 @@ import { describe, expect, it } from "bun:test";
 import { CapacityWatch } from "../../src/fleet/capacity.ts";
 import { Replica } from "../../src/fleet/fleet.ts";
 import { memoryLog } from "../../src/log.ts";
+import { POLICY_NAMES } from "../../src/route/options.ts";
 
 const replica = (name: string, kv: number) => new Replica({ name, url: "http://x", kv_tokens: kv, models: [] });
 
@@ -17,9 +18,9 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     expect(at(6000, 3)).toMatchObject({ over: true, since: 2 });
     const warns = log.records.filter((r) => r.level === "warn");
     expect(warns).toHaveLength(1);
-    expect(warns[0]!.msg).toContain("gpu0 holds ~1,100 tokens");
-    expect(warns[0]!.msg).toContain("KV budget of 1,000 (110%)");
-    expect(warns[0]!.msg).toContain("exceeds all its KV (1,000), so routing cannot fix this: add a card, compact context client-side, or run fewer large contexts at once");
+    expect(warns[0]!.msg).toContain("gpu0 working set ~1,100 tokens, 110% of kv_tokens 1,000");
+    expect(warns[0]!.msg).toContain("routing cannot fix this");
+    expect(warns[0]!.fields?.advice).toContain("exceeds all its KV (1,000): no placement fits it. Add a card, compact context client-side, or run fewer large contexts at once.");
 
     expect(at(3800, 4).over).toBe(true); // 95 %: still the same episode
     expect(at(3500, 5).over).toBe(false); // 87.5 %: over
@@ -103,8 +104,46 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     // the same shared documents on both cards: 1,200 tokens each, 1,300 distinct in all
     const [a] = watch.update(cards, { perReplica: new Map([["gpu0", 4800], ["gpu1", 4800]]), fleet: 5200 }, 1);
     expect(a).toMatchObject({ over: true });
-    expect(a!.advice).toContain("fits, so the cards are unevenly loaded or hold the same prefixes twice: placement can help");
+    expect(a!.finding).toContain("placement can help");
+    expect(a!.advice).toContain("fits, so the cards are unevenly loaded or hold the same prefixes twice.");
     expect(watch.fleet).toEqual({ workingSetTokens: 1300, kvTokens: 2000 });
     expect(log.records.filter((r) => r.level === "warn")).toHaveLength(2);
+  });
+});
+
+describe("the finding is one short line; the advice fits the running policy (issue 20, item 14)", () => {
+  // The same shared documents on both cards: 1,200 tokens each, 1,300 distinct in all (the fleet fits).
+  const fits = { perReplica: new Map([["gpu0", 4800], ["gpu1", 4800]]), fleet: 5200 };
+  // Distinct conversations: 2,400 tokens against 2,000 of KV in all (the fleet is full).
+  const full = { perReplica: new Map([["gpu0", 4800], ["gpu1", 4800]]), fleet: 9600 };
+  const cards = () => [replica("gpu0", 1000), replica("gpu1", 1000)];
+
+  it.each([...POLICY_NAMES])("under %s: the advice names the running policy, not the default's behaviour as if it ran", (policy) => {
+    const log = memoryLog();
+    const watch = new CapacityWatch(log, () => policy);
+    const [a] = watch.update(cards(), fits, 1);
+    expect(a!.finding).toBe("working set ~1,200 tokens, 120% of kv_tokens 1,000: the engine evicts and re-prefills; the fleet has room, so placement can help");
+    expect(a!.advice).toStartWith("The fleet's distinct working set (~1,300 of 2,000 KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice. ");
+    expect(a!.advice).toContain(`The running policy, ${policy}, `);
+    expect(a!.advice).not.toContain("the default policy, hybrid, puts");
+    if (policy !== "hybrid") expect(a!.advice).toContain('routing.policy = "hybrid"');
+    // The log line is the finding; the advice rides along as a field.
+    const warn = log.records.find((r) => r.level === "warn")!;
+    expect(warn.msg).toBe(`capacity: gpu0 ${a!.finding}`);
+    expect(warn.fields).toMatchObject({ replica: "gpu0", advice: a!.advice });
+  });
+
+  it("a full fleet: routing cannot fix it, whatever the policy; the levers are the advice", () => {
+    const watch = new CapacityWatch(memoryLog(), () => "cache-aware");
+    const [a] = watch.update(cards(), full, 1);
+    expect(a!.finding).toBe("working set ~1,200 tokens, 120% of kv_tokens 1,000: the engine evicts and re-prefills; the fleet is full too, so routing cannot fix this");
+    expect(a!.advice).toBe("The fleet's distinct working set (~2,400 tokens) exceeds all its KV (2,000): no placement fits it. Add a card, compact context client-side, or run fewer large contexts at once.");
+  });
+
+  it("the finding is one line of at most 160 characters, even for large numbers", () => {
+    const watch = new CapacityWatch(memoryLog(), () => "hybrid");
+    const [a] = watch.update([replica("gpu0", 122_636)], { perReplica: new Map([["gpu0", 4 * 1_149_428]]), fleet: 4 * 1_149_428 }, 1);
+    expect(a!.finding).not.toContain("\n");
+    expect(a!.finding!.length).toBeLessThanOrEqual(160);
   });
 });

@@ -53,6 +53,16 @@ describe("llmroute units", () => {
     expect(unitWarnings("quadlet", { config: "/home/u/router.toml" })).toEqual([]);
   });
 
+  it("warns when PrivateTmp=yes would hide the paths given: the service sees its own empty /tmp and /var/tmp (issue 20, item 12)", async () => {
+    const { code, stderr } = await runCli(["units", "--config", "/tmp/llmroute/router.toml", "--binary", "/var/tmp/llmroute"]);
+    expect(code).toBe(0);
+    expect(stderr).toContain("/tmp/llmroute/router.toml is under /tmp, which PrivateTmp=yes replaces with an empty directory for the service; install the config elsewhere (e.g. /etc/llmroute/router.toml)");
+    expect(stderr).toContain("/var/tmp/llmroute is under /var/tmp, which PrivateTmp=yes replaces with an empty directory for the service; install the binary elsewhere (e.g. /usr/local/bin/llmroute)");
+    // a relative path is resolved first: from /tmp, "router.toml" is /tmp/router.toml
+    expect(unitWarnings("systemd", { config: "router.toml" }, "/tmp")).toEqual([expect.stringContaining("/tmp/router.toml is under /tmp")]);
+    expect(unitWarnings("systemd", { config: "/tmpl/router.toml" })).toEqual([]);
+  });
+
   it("the drain has time: podman waits longer than server.drain_timeout, systemd longer than podman", async () => {
     const q = renderUnit("quadlet");
     const stopTimeout = Number(/^StopTimeout=(\d+)$/m.exec(q)![1]);

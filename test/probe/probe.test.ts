@@ -258,6 +258,22 @@ describe("--replica / --all from router.toml", () => {
   });
 });
 
+describe("--all: each replica named once (issue 20, item 18)", () => {
+  it("a replica that cannot be probed: its name, then what failed, once", async () => {
+    const closed = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
+    const url = `http://127.0.0.1:${closed.port}`;
+    await closed.stop(true);
+    const config = `${dir}/dead.toml`;
+    await Bun.write(config, `[[replica]]\nname = "gpu0"\nurl = "${url}"\n\n[[replica]]\nname = "gpu1"\nurl = "${url}"\n`);
+    const { code, stdout, stderr } = await probe("--all", "--config", config);
+    expect(code).toBe(2);
+    const why = `could not connect to ${url}/v1/models (connection refused); is the engine running, and is the URL right?`;
+    expect(stderr.trim().split("\n").at(-1)).toBe(`llmroute probe: gpu0: could not probe: ${why}; gpu1: could not probe: ${why}`);
+    expect(stdout).toContain(`llmroute probe  gpu0 ${url}\nverdict  2: could not probe: ${why}\n`);
+    expect(stdout + stderr).not.toMatch(/gpu\d: could not probe: gpu\d/);
+  });
+});
+
 describe("--via a running llmroute", () => {
   it("hybrid pins the conversation (long and short shared prefix) and warm turns are fast: exit 0", async () => {
     const { code, stdout, stderr } = await probe("--via", hybrid.url, "--tokens", VIA_TOKENS, "--json");

@@ -74,11 +74,11 @@ const CASES: [string, Uint8Array | Uint8Array[], Expect][] = [
     http("POST", "/v1/chat/completions", JSON.stringify({ model: "sim-model", max_tokens: 1, messages: Array.from({ length: 10_000 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `m${i}` })) })),
     [400, "BadRequestError", /maximum context length is 4096 tokens/],
   ],
-  ["a body over max_body, announced", http("POST", "/v1/chat/completions", "x".repeat(1_100_000)), [413, "BadRequestError", /larger than server.max_body/]],
+  ["a body over max_body, announced", http("POST", "/v1/chat/completions", "x".repeat(1_100_000)), [413, "Request Entity Too Large", /larger than server.max_body/]],
   [
     "a body over max_body, chunked",
     http("POST", "/v1/chat/completions", `${(1_100_000).toString(16)}\r\n${"x".repeat(1_100_000)}\r\n0\r\n\r\n`, ["Content-Type: application/json", "Transfer-Encoding: chunked"]),
-    [413, "BadRequestError", /larger than server.max_body/],
+    [413, "Request Entity Too Large", /larger than server.max_body/],
   ],
   [
     "a slow-loris body (10 of 100 bytes, then nothing)",
@@ -87,8 +87,8 @@ const CASES: [string, Uint8Array | Uint8Array[], Expect][] = [
   ],
   ["an unknown model", http("POST", "/v1/chat/completions", chat({ model: "gpt-9" })), [404, "NotFoundError", /does not exist on any replica/]],
   // methods and paths
-  ["GET on a POST endpoint", http("GET", "/v1/chat/completions"), [405, "BadRequestError", /takes POST/]],
-  ["PUT on a POST endpoint", http("PUT", "/v1/completions", chat({})), [405, "BadRequestError", /takes POST/]],
+  ["GET on a POST endpoint", http("GET", "/v1/chat/completions"), [405, "Method Not Allowed", /takes POST/]],
+  ["PUT on a POST endpoint", http("PUT", "/v1/completions", chat({})), [405, "Method Not Allowed", /takes POST/]],
   ["DELETE on a POST endpoint", http("DELETE", "/v1/messages"), [405, "invalid_request_error", /takes POST/]],
   ["an unknown path", http("GET", "/v2/models"), [404, "NotFoundError", /no route for GET \/v2\/models/]],
   ["a malformed percent-escape in a response id", http("GET", "/v1/responses/%E0%A4%A"), [400, "BadRequestError", /response id in the path is not valid percent-encoding: %E0%A4%A/]],

@@ -109,22 +109,25 @@ describe.concurrent("panic mode", () => {
 });
 
 describe.concurrent("half-open recovery", () => {
-  const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`;
+  const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\nfailures = 1\n`;
 
-  async function demotedByCheck(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
-    // /health (and the API) answer 503 "Loading model" for a moment: the active check demotes at once
-    await sim.faults({ startup_delay_ms: 400 });
-    await until(async () => (await replicaStatus(router, sim.name)).state === "down", `${sim.name} down`);
+  async function demotedByRequests(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
+    // One request answered 502 demotes it (health.failures = 1). Its /health passed all
+    // along, so a passing check cannot clear it: it is half-open, for a trial request.
+    // (A replica its check demoted is up at its next passing check: test/router/recovery.test.ts.)
+    await sim.faults({ fail_next: 1, fail_status: 502 });
+    const client = router.client();
+    for (let i = 100; (await sim.state()).faulted_total === 0; i++) await oneShot(client, i);
     await until(async () => (await replicaStatus(router, sim.name)).state === "half-open", `${sim.name} half-open`);
   }
 
-  it("a replica whose check passes again gets one trial request; while it runs, others go elsewhere; its success brings the replica back", async () => {
+  it("a replica demoted by failed requests whose check passes gets one trial request; while it runs, others go elsewhere; its success brings the replica back", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
     const router = await startRouterProc([gpu0, gpu1], { toml: flap });
     const client = router.client();
     const pinned = conversation("pinned");
     expect((await pinned.turn(client)).replica).toBe("gpu0");
-    await demotedByCheck(router, gpu0);
+    await demotedByRequests(router, gpu0);
 
     // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten), slowly
     await gpu0.faults({ stall_ms: 600, stall_next: 1 });
@@ -144,8 +147,8 @@ describe.concurrent("half-open recovery", () => {
     const client = router.client();
     const pinned = conversation("pinned");
     await pinned.turn(client);
-    await demotedByCheck(router, gpu0);
-    await gpu0.faults({ fail_next: 1 });
+    await demotedByRequests(router, gpu0);
+    await gpu0.faults({ fail_next: 1, fail_status: 503 });
     expect(await pinned.turn(client)).toMatchObject({ replica: "gpu1", route: "spread,failover" });
     const down = logRecords(router, "replica down");
     expect(down.at(-1)).toMatchObject({ replica: "gpu0", reason: "trial request failed: HTTP 503" });

@@ -108,6 +108,17 @@ describe("the dashboard in a browser", () => {
     expect(await tab.page.locator(`[data-replica="${name}"] .bar.over`).count()).toBe(1);
     expect(await tab.page.locator("#warnings").isVisible()).toBe(true);
     expect(await tab.page.locator("#warning-list li").first().textContent()).toStartWith(`${name}: working set ~`);
+    // One line per finding; what helps under the running policy opens on demand, and stays
+    // open across refreshes (issue 20, item 14).
+    expect(await tab.page.locator("#warning-list li").first().textContent()).not.toContain("the running policy");
+    const advice = tab.page.locator(`[data-replica="${name}"] details.advice`);
+    expect(await advice.locator("summary").textContent()).toBe("What helps");
+    expect(await advice.locator("p").isVisible()).toBe(false);
+    await advice.locator("summary").click();
+    expect(await advice.locator("p").textContent()).toContain("The running policy, hybrid-plain, ");
+    const updated = await tab.page.locator("#conn").textContent();
+    await tab.page.waitForFunction((before) => document.querySelector("#conn")?.textContent !== before, updated);
+    expect(await tab.page.locator(`[data-replica="${name}"] details.advice p`).isVisible()).toBe(true);
     expect(tab.errors).toEqual([]);
   }, 30_000);
 
