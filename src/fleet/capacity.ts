@@ -81,6 +81,8 @@ export class CapacityWatch {
     replicas: readonly Replica[],
     workingSet: { perReplica: ReadonlyMap<string, number>; fleet: number },
     now: number,
+    /** Conversations (prompt tips) each replica served within the window: a slotted engine's form of the wall. */
+    conversations: (replica: string) => number = () => 0,
   ): CapacityReading[] {
     const kvOf = (r: Replica) => r.kvBelief ?? r.startingKvTokens() ?? 0;
     const budgeted = replicas.filter((r) => kvOf(r) > 0);
@@ -110,7 +112,16 @@ export class CapacityWatch {
       const kv = kvOf(r);
       const ratio = kv > 0 ? tokens / kv : 0;
       let since = this.episodes.get(r.name);
-      const finding = `working set ~${fmt(tokens)} tokens, ${Math.round(ratio * 100)}% of kv_tokens ${fmt(kv)}: the engine evicts and re-prefills; ${verdict}`;
+      // llama.cpp keeps one prompt per slot (and what its host-RAM cache restores): its KV is
+      // known only from the evictions the router saw, and its wall is conversations, not tokens.
+      const slots = r.slots;
+      const source = r.config.kv_tokens > 0 && kv === r.config.kv_tokens ? "kv_tokens" : slots ? "the KV its evictions show" : r.facts?.capacity && kv === r.facts.capacity.kvTokens ? "the engine's KV" : "the KV its evictions show";
+      const finding = slots
+        ? `${conversations(r.name)} conversations active on ${slots} slots (~${fmt(tokens)} tokens, ${Math.round(ratio * 100)}% of ${source}, ~${fmt(kv)}): llama.cpp keeps one prompt per slot and its RAM prompt cache did not restore them; ${verdict}`
+        : `working set ~${fmt(tokens)} tokens, ${Math.round(ratio * 100)}% of ${source} ${fmt(kv)}: the engine evicts and re-prefills; ${verdict}`;
+      const slotAdvice = slots
+        ? ` On llama.cpp: start it with --cache-ram large enough for the conversations (it restores an evicted prompt instead of prefilling it again; 0 turns it off), or more --parallel slots (they split --ctx-size between them).`
+        : "";
       if (kv > 0 && since === undefined && ratio > 1) {
         since = now;
         this.episodes.set(r.name, now);
@@ -121,7 +132,7 @@ export class CapacityWatch {
           kv_tokens: kv,
           fleet_working_set_tokens: this.fleet.workingSetTokens,
           fleet_kv_tokens: this.fleet.kvTokens,
-          advice,
+          advice: advice + slotAdvice,
         });
       } else if (since !== undefined && ratio < CLEAR_RATIO) {
         this.episodes.delete(r.name);
@@ -134,7 +145,7 @@ export class CapacityWatch {
         kvTokens: kv,
         ratio,
         over: since !== undefined,
-        ...(since === undefined ? {} : { since, finding, advice }),
+        ...(since === undefined ? {} : { since, finding, advice: advice + slotAdvice }),
       };
     });
     return this.readings;

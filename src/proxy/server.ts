@@ -188,7 +188,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
   syncBudgets();
   const refreshCapacity = () => {
     syncBudgets();
-    capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now()), Date.now());
+    capacity.update(fleet.replicas, router.index.activeWorkingSet(Date.now()), Date.now(), (name) => router.index.windowTips(name));
   };
   let adminUrl: string | undefined;
   const appDeps = { fleet, proxy, telemetry, apiKeys: () => config.server.api_keys, beforeAdmin: refreshCapacity, adminUrl: () => adminUrl };

@@ -342,6 +342,15 @@ export class PrefixIndex {
     else this.advanceWindow(since);
   }
 
+  /** Prompt tips (conversations and one-shots) a replica used within the window, as of the last `advance`: walks the window. */
+  windowTips(replica: string): number {
+    const r = this.ids.get(replica);
+    if (r === undefined) return 0;
+    let tips = 0;
+    for (let e = this.windowStart[r]!; e !== NIL; e = this.next[e]!) if (this.children[e] === 0) tips++;
+    return tips;
+  }
+
   /** Characters a replica has used within the window, as of the last `advance`. */
   recentChars(replica: string): number {
     const r = this.ids.get(replica);
