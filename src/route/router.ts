@@ -10,6 +10,7 @@ import { hex64, type Hasher } from "./hash.ts";
 import type { CacheAwareOptions } from "./options.ts";
 import { live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
+import { breakPoints, explainBreak, learnedBreak, predictedEnd, type BreakPoints, type TemplateEvidence } from "./template.ts";
 
 export interface RouterOptions {
   policy: Policy;
@@ -85,6 +86,8 @@ export interface RouteEstimate {
   slots?: number;
   /** The request carries earlier turns: only such a prompt can be re-rendered differently by a chat template. */
   continuation: boolean;
+  /** Where a chat template could end this continuation's cache (it adds a user turn to a prefix the replica held). */
+  breaks?: BreakPoints;
 }
 
 export interface Routed extends Decision {
@@ -112,6 +115,8 @@ export interface ReplicaTruth {
   unexpectedHits: number;
   /** Shortfalls read as template breaks, not evictions. */
   templates: number;
+  /** Where those shortfalls ended, by the kind of break that explains them (see ./template.ts). */
+  template: TemplateEvidence;
   /** Entries dropped because the engine had evicted them. */
   corrected: number;
   /** What the engine's reports say of its KV (see CapacityEvidence). */
@@ -202,22 +207,28 @@ export class Router {
       // one prompt per slot, not while that request runs (its slot is busy, another slot has
       // its own KV: a burst does not share).
       const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
+      // A continuation that adds a user turn: where this replica's template has been seen to
+      // end the cache, the hit it will really deliver.
+      const breaks = continuation && m.chars > 0 && input.shape.sequences.length === 1 ? breakPoints(input.shape.sequences[0]!, m.chars) : undefined;
+      const rule = breaks ? learnedBreak(this.truthOf(replica).template) : undefined;
+      const captured = breaks && rule ? Math.min(m.chars, predictedEnd(breaks, rule.kind, rule.toolsLate)) : m.chars;
       return {
         ...decision,
         estimate: {
           totalChars,
           availableChars: input.chains.length === 1 ? Math.max(0, ...matches.map((x) => x.chars)) : this.available(input.chains, replicas),
-          capturedChars: m.chars,
+          capturedChars: captured,
           matchedAt: m.lastUsed,
           settled,
           charsPerToken: view.charsPerToken,
           // A prefix another request is still prefilling there is not cached yet: the engine
           // computes it again for this one, and its queue grows by all of it.
-          uncachedTokens: Math.max(0, totalChars - (settled ? m.chars : 0)) / view.charsPerToken,
+          uncachedTokens: Math.max(0, totalChars - (settled ? captured : 0)) / view.charsPerToken,
           blockTokens: view.blockTokens ?? 16,
           budgetChars: view.budgetChars,
           ...(view.slots ? { slots: view.slots } : {}),
           continuation,
+          ...(breaks ? { breaks } : {}),
         },
       };
     };
@@ -338,6 +349,9 @@ export class Router {
     // engine restarted unseen): the KV believed is more than the card has.
     if (!pressure && estimate.continuation) {
       truth.templates++;
+      // Learn where this template ends the cache, to predict the next such turn's real hit.
+      const kind = estimate.breaks && explainBreak(estimate.breaks, cachedTokens * cpt, Math.max(margin * cpt, 0.05 * cachedTokens * cpt));
+      if (kind) truth.template.counts[kind] = (truth.template.counts[kind] ?? 0) + 1;
       return "template";
     }
     // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
@@ -446,6 +460,7 @@ export class Router {
         hits: 0,
         misses: 0,
         templates: 0,
+        template: { counts: {} },
         unexpectedHits: 0,
         corrected: 0,
         reported: false,

@@ -170,3 +170,72 @@ describe("the KV believed: a starting figure bounded by the evidence", () => {
     expect(chainChars(oneShot("doc").chains[0]!)).toBeGreaterThan(0);
   });
 });
+
+describe("where a template ends the cache is learnt, and predicted", () => {
+  const charsTo = (req: ReturnType<typeof chat>, role: string, which: "start" | "end", nth: number) => {
+    let at = 0;
+    let seen = 0;
+    for (const [head, text] of req.shape.sequences[0]!) {
+      const start = at;
+      at += head.length + text.length;
+      if (head.startsWith(`${role}\u001e`) && ++seen === nth) return which === "start" ? start : at;
+    }
+    throw new Error("no such segment");
+  };
+
+  it("Qwen3: a new user turn drops the reasoning of the turns before it; after two such shortfalls the hit is predicted where it ends", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ budgetChars: 4_000_000 }]);
+    // an agent's turns: user, then assistant/tool pairs; each user turn re-renders the earlier reasoning
+    const messages: { role: string; content: string }[] = [{ role: "system", content: words(2_000, "sys") }];
+    let t = 1;
+    const verdicts: string[] = [];
+    const predictedVsDelivered: number[][] = [];
+    for (let userTurn = 0; userTurn < 4; userTurn++) {
+      messages.push({ role: "user", content: words(400, `question ${userTurn}`) });
+      for (let step = 0; step < 2; step++) {
+        const req = chat(messages);
+        const at = t++;
+        const sent = send(r, req, replicas, at)!;
+        // the engine's cache: everything when the previous request ended with the same user turn;
+        // up to the end of the previous user message when this request adds a new one
+        const newUser = step === 0 && userTurn > 0;
+        const deliveredChars = newUser ? charsTo(req, "user", "end", userTurn) : sent.estimate.capturedChars;
+        const delivered = Math.floor(deliveredChars / 4);
+        predictedVsDelivered.push([Math.round(sent.estimate.capturedChars / 4), delivered]);
+        if (sent.estimate.capturedChars > 0) verdicts.push(r.feedback("gpu0", sent.estimate, delivered, at)!);
+        messages.push({ role: "assistant", content: words(3_000, `reasoning and a call ${userTurn}.${step}`) }, { role: "tool", content: words(3_000, `tool result ${userTurn}.${step}`) });
+      }
+    }
+    // turns 2 and 3's new user messages fell short where no eviction could be: template;
+    // by the fourth, the router predicts that shortfall and the engine delivers what it predicted
+    expect(verdicts.filter((v) => v === "template")).toHaveLength(2);
+    expect(verdicts.filter((v) => v === "miss")).toHaveLength(0);
+    expect(verdicts.at(-2)).toBe("hit");
+    const [predicted, delivered] = predictedVsDelivered.at(-2)!;
+    expect(Math.abs(predicted! - delivered!)).toBeLessThan(16);
+    expect(r.truthOf("gpu0").corrected).toBe(0);
+  });
+
+  it("Mistral 3 with tools: the cache ends where the previous last user message began, without the tools", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ budgetChars: 4_000_000 }]);
+    const tools = [{ type: "function", function: { name: "search", description: words(3_000, "searches"), parameters: {} } }];
+    const messages: { role: string; content: string }[] = [{ role: "system", content: words(2_000, "sys") }];
+    const verdicts: string[] = [];
+    for (let turn = 1; turn <= 5; turn++) {
+      messages.push({ role: "user", content: words(1_500, `question ${turn}`) });
+      const req = chat(messages, { tools });
+      const sent = send(r, req, replicas, turn)!;
+      if (turn > 1) {
+        // rendered: system, turns…, [AVAILABLE_TOOLS] before the last user message: the cache
+        // ends where the previous request's last user message began, tools not included
+        const toolsChars = req.shape.sequences[0]![0]![0].length + req.shape.sequences[0]![0]![1].length;
+        const delivered = Math.floor((charsTo(req, "user", "start", turn - 1) - toolsChars) / 4);
+        verdicts.push(r.feedback("gpu0", sent.estimate, delivered, turn)!);
+      }
+      messages.push({ role: "assistant", content: words(1_500, `answer ${turn}`) });
+    }
+    expect(verdicts).toEqual(["template", "template", "hit", "hit"]);
+  });
+});
