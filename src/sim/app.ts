@@ -9,7 +9,8 @@
 import { ApiError, errorResponse, type ErrorShape } from "./_api-error.ts";
 import { idPrefix, jsonBody, streamFormat, type FormatContext } from "./_formats.ts";
 import { realClock, type Clock } from "./clock.ts";
-import { SimEngine, type EngineStats, type Sequence, type SequenceResult } from "./engine.ts";
+import type { EngineStats, SequenceResult, SimEngineApi, SimSequence } from "./engine-api.ts";
+import { SimEngine } from "./engine.ts";
 import { Faults } from "./faults.ts";
 import { renderMetrics } from "./metrics.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
@@ -46,7 +47,7 @@ export interface SimApp {
   readonly name: string;
   readonly model: string;
   readonly options: SimOptions;
-  readonly engine: SimEngine;
+  readonly engine: SimEngineApi;
   readonly faults: Faults;
   fetch(request: Request): Promise<Response>;
   state(): SimState;
@@ -68,7 +69,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const options = resolveSimOptions(input);
   const clock = deps.clock ?? realClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const engine = new SimEngine(options, clock);
+  // The engine behind this replica (slots.ts implements the same contract for llama.cpp).
+  const engine: SimEngineApi = new SimEngine(options, clock);
   const faults = new Faults(options, clock);
   const store = new ResponseStore(options.responsesStoreMax);
   const baseHeaders = { "x-sim-replica": options.name };
@@ -79,7 +81,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
 
   function state(): SimState {
     engine.sync();
-    const pool = engine.pool;
+    const kv = engine.kv();
     return {
       name: options.name,
       model: options.model,
@@ -91,12 +93,12 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       block_tokens: options.blockTokens,
       max_model_len: options.maxModelLen,
       max_seqs: options.maxSeqs,
-      total_blocks: pool.numBlocks,
-      free_blocks: pool.freeBlocks,
-      used_blocks: pool.usedBlocks,
-      cached_blocks: pool.cachedBlocks,
-      evicted_blocks_total: pool.evictions,
-      kv_cache_usage: pool.usage,
+      total_blocks: kv.totalBlocks,
+      free_blocks: kv.freeBlocks,
+      used_blocks: kv.usedBlocks,
+      cached_blocks: kv.cachedBlocks,
+      evicted_blocks_total: kv.evictedBlocksTotal,
+      kv_cache_usage: kv.usage,
       running: engine.runningCount,
       waiting: engine.waitingCount,
       ...engine.stats,
@@ -246,7 +248,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     let controller!: ReadableStreamDefaultController<Uint8Array>;
     let written = 0;
     let finished = false;
-    let seq: Sequence | undefined;
+    let seq: SimSequence | undefined;
     const stream = new ReadableStream<Uint8Array>({
       start(c) {
         controller = c;

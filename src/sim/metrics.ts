@@ -5,9 +5,9 @@
  * Counters are written as prometheus_client (vLLM's exporter) writes them: the `_total`
  * name in HELP, TYPE and samples alike, which `promtool check metrics` requires.
  */
-import type { SimEngine } from "./engine.ts";
+import type { SimEngineApi } from "./engine-api.ts";
 
-export function renderMetrics(engine: SimEngine, model: string): string {
+export function renderMetrics(engine: SimEngineApi, model: string): string {
   engine.sync();
   const labels = `engine="0",model_name="${escapeLabel(model)}"`;
   const lines: string[] = [];
@@ -19,7 +19,7 @@ export function renderMetrics(engine: SimEngine, model: string): string {
   const o = engine.options;
   metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [[`{${labels}}`, engine.runningCount]]);
   metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [[`{${labels}}`, engine.waitingCount]]);
-  metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [[`{${labels}}`, engine.pool.usage]]);
+  metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [[`{${labels}}`, engine.kv().usage]]);
   metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", [
     [`{${labels}}`, s.prefix_cache_queries_total],
   ]);
@@ -51,7 +51,7 @@ export function renderMetrics(engine: SimEngine, model: string): string {
   ]);
   metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", [
     [
-      `{block_size="${o.blockTokens}",enable_prefix_caching="${o.prefixCache ? "True" : "False"}",engine="0",num_gpu_blocks="${engine.pool.numBlocks}"}`,
+      `{block_size="${o.blockTokens}",enable_prefix_caching="${o.prefixCache ? "True" : "False"}",engine="0",num_gpu_blocks="${engine.kv().totalBlocks}"}`,
       1,
     ],
   ]);

@@ -3,7 +3,7 @@
  */
 import { LlmrouteError } from "../errors.ts";
 import { createSimApp, type SimApp, type SimAppDeps } from "./app.ts";
-import type { SimEngine } from "./engine.ts";
+import type { SimEngineApi } from "./engine-api.ts";
 import type { SimOptions } from "./options.ts";
 
 export interface SimServer {
@@ -11,7 +11,7 @@ export interface SimServer {
   /** http://HOST:PORT, no trailing slash (127.0.0.1 when bound to 0.0.0.0). */
   url: string;
   port: number;
-  engine: SimEngine;
+  engine: SimEngineApi;
   app: SimApp;
   /** Close the listener and every open connection; running sequences end. */
   stop(): Promise<void>;
