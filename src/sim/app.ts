@@ -195,7 +195,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       itemId: `msg_${crypto.randomUUID().replaceAll("-", "")}`,
       model: options.model,
       created: Math.floor(Date.now() / 1000),
-      includeUsage: parsed.includeUsage,
+      includeUsage: parsed.endpoint === "/v1/messages" || parsed.endpoint === "/v1/responses" || (isRecord(parsed.streamOptions) && parsed.streamOptions.include_usage === true),
       maxTokens: parsed.maxTokens,
       instructions: parsed.instructions,
       previousResponseId: parsed.previousResponseId,

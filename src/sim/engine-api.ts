@@ -85,6 +85,11 @@ export interface SubmitInput {
   finishReason: FinishReason;
   /** vLLM `cache_salt`: a separate family of cached prefixes. */
   salt?: string;
+  /**
+   * The text of generated token `index` (a reasoning reply's markup and words); each must be
+   * exactly `options.charsPerToken` characters. Default: the tokenizer's seeded word.
+   */
+  output?: (index: number) => string;
   listener?: SequenceListener;
 }
 

@@ -48,6 +48,7 @@ export class Sequence implements SimSequence {
   readonly salt: string | undefined;
   readonly seed: number;
   readonly listener: SequenceListener;
+  readonly output: ((index: number) => string) | undefined;
   readonly done: Promise<SequenceResult>;
   state: SequenceState = "waiting";
   generated = 0;
@@ -79,6 +80,7 @@ export class Sequence implements SimSequence {
     this.salt = input.salt;
     this.seed = outputSeed(input.prompt);
     this.listener = input.listener ?? {};
+    this.output = input.output;
     this.arrivalMs = arrivalMs;
     this.arrivalModel = arrivalModel;
     this.done = new Promise((resolve) => (this.resolve = resolve));
@@ -389,7 +391,7 @@ export class SimEngine implements SimEngineApi {
 
   private emit(seq: Sequence): void {
     const index = seq.generated;
-    const text = this.tokenizer.word(seq.seed, index);
+    const text = seq.output?.(index) ?? this.tokenizer.word(seq.seed, index);
     seq.genText += text;
     seq.generated++;
     this.stats.generation_tokens_total++;
