@@ -156,6 +156,18 @@ export interface SlotInfo {
   is_processing: boolean;
 }
 
+/**
+ * Bucket bounds of the TTFT histogram every engine keeps: the union of vLLM's
+ * (vllm/v1/metrics/loggers.py, histogram_time_to_first_token) and SGLang's
+ * (python/sglang/srt/metrics/collector.py, TokenizerMetricsCollector
+ * bucket_time_to_first_token). Counts are cumulative, so each family's exposition reads its
+ * own bounds out of this one histogram exactly.
+ */
+export const TTFT_BUCKETS: readonly number[] = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75, 0.8, 1.0, 2.0, 2.5, 4.0, 5.0, 6.0, 7.5, 8.0, 10.0,
+  20.0, 40.0, 60.0, 80.0, 100.0, 160.0, 200.0, 400.0, 640.0, 2560.0,
+];
+
 /** A cumulative histogram (le buckets), observed in real seconds. */
 export interface HistogramView {
   readonly buckets: readonly number[];

@@ -20,6 +20,7 @@ import { BlockPool, chainHash, rootHash, type BlockHash } from "./block-pool.ts"
 import { realClock, type Clock, type TimerHandle } from "./clock.ts";
 import { ComputedRecord } from "./computed-record.ts";
 import {
+  TTFT_BUCKETS,
   zeroStats,
   type EndReason,
   type EngineStats,
@@ -37,6 +38,7 @@ import {
 import type { EngineOptions } from "./options.ts";
 import { outputSeed, Tokenizer } from "./tokenizer.ts";
 
+export { TTFT_BUCKETS } from "./engine-api.ts";
 export type { EndReason, EngineStats, FinishReason, PrefixStop, SequenceListener, SequenceResult, SequenceState, SubmitInput } from "./engine-api.ts";
 
 export class Sequence implements SimSequence {
@@ -91,12 +93,6 @@ export class Sequence implements SimSequence {
     return this.promptTokens + this.generated;
   }
 }
-
-/** vLLM's TTFT histogram buckets, in seconds. */
-export const TTFT_BUCKETS = [
-  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
-  2560.0,
-];
 
 export class Histogram implements HistogramView {
   readonly buckets: readonly number[];

@@ -186,7 +186,7 @@ describe("API shapes", () => {
     const client = openai(s);
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toEqual(["qwen-sim"]);
-    expect(models.data[0]).toMatchObject({ object: "model", owned_by: "llmroute-sim", root: "qwen-sim", max_model_len: 4096 });
+    expect(models.data[0]).toMatchObject({ object: "model", owned_by: "vllm", root: "qwen-sim", max_model_len: 4096 });
 
     const post = (path: string, body: unknown) => fetch(`${s.url}${path}`, { method: "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
     expect(await (await post("/tokenize", { model: "qwen-sim", prompt: "abcdefgh" })).json()).toMatchObject({ count: 2, max_model_len: 4096 });
