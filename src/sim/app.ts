@@ -17,7 +17,7 @@
 import { ApiError, errorResponse } from "./_api-error.ts";
 import { idPrefix, tokenPiece, type FormatContext } from "./_formats.ts";
 import { ReasoningReply, reasoningShape } from "./chat-templates.ts";
-import { realClock, type Clock } from "./clock.ts";
+import { monotonicMicros, realClock, type Clock } from "./clock.ts";
 import type { EngineStats, SequenceResult, SimEngineApi, SimSequence } from "./engine-api.ts";
 import { SimEngine } from "./engine.ts";
 import { Faults } from "./faults.ts";
@@ -102,7 +102,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       return counters;
     },
     startedAtUnixMs: Date.now(),
-    startedAtMonotonicUs: process.hrtime.bigint() / 1000n,
+    startedAtMonotonicUs: monotonicMicros(),
     get contextLimit() {
       return contextLimit();
     },

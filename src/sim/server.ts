@@ -84,18 +84,22 @@ export async function startSimFleet(options: StartFleetOptions, deps: SimAppDeps
   return servers;
 }
 
-/** A router.toml fragment listing these sims. */
+/**
+ * A router.toml fragment listing these sims. An Ollama replica has neither /metrics nor
+ * /health: it is checked on `/api/version` (profiles/ollama.ts) and not scraped.
+ */
 export function routerTomlSnippet(servers: readonly SimServer[]): string {
   return servers
-    .map((s) =>
-      [
+    .map((s) => {
+      const ollama = s.app.profile.family === "ollama";
+      return [
         "[[replica]]",
         `name = "${s.name}"`,
         `url = "${s.url}"`,
         `kv_tokens = ${s.app.options.kvTokens}`,
         `models = ["${s.app.options.model}"]`,
-        `metrics = "/metrics"`,
-      ].join("\n"),
-    )
+        ...(ollama ? [`health_path = "/api/version"`] : [`metrics = "/metrics"`]),
+      ].join("\n");
+    })
     .join("\n\n");
 }
