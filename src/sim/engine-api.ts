@@ -11,7 +11,17 @@
  *
  * Nothing outside the engine files knows which engine it holds. Whatever a profile needs
  * beyond this (llama.cpp `timings`, SGLang's last-batch hit rate) it derives from the
- * sequence events below, so a new engine owes only this surface.
+ * sequence events below, so a new engine owes only this surface. What an implementation
+ * must do that the types cannot say:
+ * - call `listener.onAdmit` once, at first admission, with `cachedTokens` and `prefixStop`
+ *   final (the app holds a streamed response's headers until then), and count the stop in
+ *   `stats.stop_<reason>_total`;
+ * - decide `prefixStop` with a record of computed block hashes (computed-record.ts), cleared
+ *   by `reset()`;
+ * - take a generated token's text from `SubmitInput.output` when given;
+ * - observe TTFT into a histogram with the `TTFT_BUCKETS` bounds (every family reads its own
+ *   buckets out of it);
+ * - end every sequence through `onSequenceEnd` listeners with a full `SequenceResult`.
  *
  * Prefix-stop introspection (`PrefixStop`): at a sequence's first admission the engine says
  * why its cache hit ended where it did. The bench compares the router's index corrections

@@ -13,3 +13,5 @@ export type { SimEngineApi, SimSequence, SequenceResult, SequenceListener, Engin
 export { PROFILES, DEFAULT_PROFILE, resolveSimOptions, type SimOptions, type EngineOptions, type FaultOptions, type ProfileName } from "./options.ts";
 export { ManualClock, realClock, type Clock } from "./clock.ts";
 export { renderChat, type ChatMessage } from "./template.ts";
+export { renderTemplate, TEMPLATES, type TemplateName } from "./chat-templates.ts";
+export { DEFAULT_ENGINE, ENGINE_PROFILES, engineProfile, type EngineProfileName, type EngineFamily } from "./profiles/index.ts";

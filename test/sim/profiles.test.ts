@@ -36,7 +36,7 @@ describe("vllm (no --enable-prompt-tokens-details)", () => {
     for (let i = 0; i < 2; i++) {
       const r = await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: prompt }], max_tokens: 2 });
       // model_dump() writes the absent details as null
-      expect(r.usage).toEqual({ prompt_tokens: r.usage!.prompt_tokens, total_tokens: r.usage!.prompt_tokens + 2, completion_tokens: 2, prompt_tokens_details: null });
+      expect(r.usage as unknown).toEqual({ prompt_tokens: r.usage!.prompt_tokens, total_tokens: r.usage!.prompt_tokens + 2, completion_tokens: 2, prompt_tokens_details: null });
     }
     const input = words(600, "vllm-responses");
     const first = await client.responses.create({ model: "sim-model", input, max_output_tokens: 2 });
