@@ -8,13 +8,19 @@ export class ApiError extends Error {
   readonly status: number;
   readonly type: string;
   readonly param: string | null;
+  /** Engine-specific fields written beside message and type (llama.cpp's n_prompt_tokens, n_ctx). */
+  readonly extra: Record<string, unknown>;
+  /** true when `type` was given, not derived from the status (profiles keep it then). */
+  readonly explicitType: boolean;
 
-  constructor(status: number, message: string, options: { type?: string; param?: string | null; cause?: unknown } = {}) {
+  constructor(status: number, message: string, options: { type?: string; param?: string | null; cause?: unknown; extra?: Record<string, unknown> } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = "ApiError";
     this.status = status;
     this.type = options.type ?? openaiType(status);
+    this.explicitType = options.type !== undefined;
     this.param = options.param ?? null;
+    this.extra = options.extra ?? {};
   }
 }
 

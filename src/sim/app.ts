@@ -2,24 +2,40 @@
  * One simulated replica as a fetch handler: `app.fetch(Request) → Response`. Testable
  * in-process; `server.ts` puts it behind Bun.serve.
  *
+ * What a client sees — bodies, chunks, usage, errors, metrics, capacity endpoints — is the
+ * chosen engine profile's (profiles/, `--engine`); how chat histories become prompts is the
+ * chosen template's (chat-templates.ts, `--template`); the KV cache is the engine's
+ * (engine-api.ts).
+ *
  * Generation requests pass, in order: loading check (503) → parse and render (400/404) →
  * context-length check (400) → stall fault → fail fault → the engine. A client that goes
- * away (request signal or stream cancel) stops its sequence and frees its KV.
+ * away (request signal or stream cancel) stops its sequence and frees its KV. Every
+ * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new>`: why
+ * its prefix-cache hit stopped where it did (engine-api.ts, PrefixStop) — the truth the bench
+ * compares the router's index corrections with.
  */
-import { ApiError, errorResponse, type ErrorShape } from "./_api-error.ts";
-import { idPrefix, jsonBody, streamFormat, type FormatContext } from "./_formats.ts";
-import { realClock, type Clock } from "./clock.ts";
-import { SimEngine, type EngineStats, type Sequence, type SequenceResult } from "./engine.ts";
+import { ApiError, errorResponse } from "./_api-error.ts";
+import { idPrefix, tokenPiece, type FormatContext } from "./_formats.ts";
+import { ReasoningReply, reasoningShape } from "./chat-templates.ts";
+import { monotonicMicros, realClock, type Clock } from "./clock.ts";
+import type { EngineStats, SequenceResult, SimEngineApi, SimSequence } from "./engine-api.ts";
+import { SimEngine } from "./engine.ts";
 import { Faults } from "./faults.ts";
-import { renderMetrics } from "./metrics.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
+import { decodeCallsOf } from "./profiles/llamacpp.ts";
+import { engineProfile, zeroCounters, type EngineProfile, type ReplicaCounters, type ReplicaView } from "./profiles/index.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
+import { outputSeed } from "./tokenizer.ts";
 
 /** GET /sim/state: the engine's counters plus its configuration and pool. */
 export interface SimState extends EngineStats {
   name: string;
   model: string;
   profile: string;
+  /** The engine profile (`--engine`). */
+  engine: string;
+  /** The chat template (`--template`). */
+  template: string;
   ready: boolean;
   prefix_cache: boolean;
   time_scale: number;
@@ -46,7 +62,8 @@ export interface SimApp {
   readonly name: string;
   readonly model: string;
   readonly options: SimOptions;
-  readonly engine: SimEngine;
+  readonly profile: EngineProfile;
+  readonly engine: SimEngineApi;
   readonly faults: Faults;
   fetch(request: Request): Promise<Response>;
   state(): SimState;
@@ -68,22 +85,92 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const options = resolveSimOptions(input);
   const clock = deps.clock ?? realClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const engine = new SimEngine(options, clock);
+  const profile = engineProfile(options.engine);
+  // The engine behind this replica (slots.ts implements the same contract for llama.cpp).
+  const engine: SimEngineApi = new SimEngine(options, clock);
   const faults = new Faults(options, clock);
   const store = new ResponseStore(options.responsesStoreMax);
   const baseHeaders = { "x-sim-replica": options.name };
   const encoder = new TextEncoder();
+  let counters: ReplicaCounters = zeroCounters();
+  const replica: ReplicaView = {
+    name: options.name,
+    model: options.model,
+    options,
+    engine,
+    get counters() {
+      return counters;
+    },
+    startedAtUnixMs: Date.now(),
+    startedAtMonotonicUs: monotonicMicros(),
+    get contextLimit() {
+      return contextLimit();
+    },
+  };
 
-  const openaiError = (e: ApiError) => errorResponse(e, "openai", baseHeaders);
+  /** The most tokens one request may hold: a llama.cpp slot's n_ctx, else max_model_len. */
+  function contextLimit(): number {
+    return Math.min(options.maxModelLen, engine.perSlotContext ?? options.maxModelLen);
+  }
+
+  const profileError = (e: ApiError) => profile.errorResponse(e, baseHeaders);
   const json = (body: unknown, status = 200) => Response.json(body, { status, headers: baseHeaders });
+
+  engine.onSequenceEnd((_seq, r) => account(r));
+
+  /** Figures some families publish beyond the engine's counters (profiles/types.ts ReplicaCounters). */
+  function account(r: SequenceResult): void {
+    if (r.prefixStop === undefined) return; // never admitted: the engine never saw it
+    const c = counters;
+    c.finishedRequests++;
+    if (r.reason !== "stop" && r.reason !== "length") c.abortedRequests++;
+    c.finishedPromptTokens += r.promptTokens;
+    c.finishedCachedTokens += r.cachedTokens;
+    c.finishedCompletionTokens += r.completionTokens;
+    if (r.ttftMs !== undefined) {
+      const promptSeconds = r.ttftMs / 1000;
+      const predictedSeconds = Math.max(0, r.durationMs - r.ttftMs) / 1000;
+      c.promptTokensProcessed += r.promptTokens - r.cachedTokens;
+      c.promptSeconds += promptSeconds;
+      c.predictedTokens += r.completionTokens;
+      c.predictedSeconds += predictedSeconds;
+      c.window.promptTokens += r.promptTokens - r.cachedTokens;
+      c.window.promptSeconds += promptSeconds;
+      c.window.predictedSteps += Math.max(0, r.completionTokens - 1);
+      c.window.predictedSeconds += predictedSeconds;
+      const calls = decodeCallsOf(r);
+      c.decodeCalls += calls;
+      c.busySlots += calls;
+    }
+    c.maxSequenceTokens = Math.max(c.maxSequenceTokens, r.promptTokens + r.completionTokens);
+  }
+
+  /** SGLang's last prefill batch: first admissions within one synchronous engine step. */
+  let batchOpen = false;
+  function onAdmitted(seq: SimSequence): void {
+    if (!batchOpen) {
+      batchOpen = true;
+      counters.lastBatch = { tokens: 0, cached: 0 };
+      counters.decodeStepsSinceBatch = 0;
+      queueMicrotask(() => (batchOpen = false));
+    }
+    counters.lastBatch.tokens += seq.promptTokens;
+    counters.lastBatch.cached += seq.cachedTokens;
+  }
+  function onDecoded(index: number): void {
+    // One decode step advances every running sequence by a token.
+    if (index > 0) counters.decodeStepsSinceBatch += 1 / Math.max(1, engine.runningCount);
+  }
 
   function state(): SimState {
     engine.sync();
-    const pool = engine.pool;
+    const kv = engine.kv();
     return {
       name: options.name,
       model: options.model,
       profile: options.profile,
+      engine: options.engine,
+      template: options.template,
       ready: !faults.loading(),
       prefix_cache: options.prefixCache,
       time_scale: options.timeScale,
@@ -91,12 +178,12 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       block_tokens: options.blockTokens,
       max_model_len: options.maxModelLen,
       max_seqs: options.maxSeqs,
-      total_blocks: pool.numBlocks,
-      free_blocks: pool.freeBlocks,
-      used_blocks: pool.usedBlocks,
-      cached_blocks: pool.cachedBlocks,
-      evicted_blocks_total: pool.evictions,
-      kv_cache_usage: pool.usage,
+      total_blocks: kv.totalBlocks,
+      free_blocks: kv.freeBlocks,
+      used_blocks: kv.usedBlocks,
+      cached_blocks: kv.cachedBlocks,
+      evicted_blocks_total: kv.evictedBlocksTotal,
+      kv_cache_usage: kv.usage,
       running: engine.runningCount,
       waiting: engine.waitingCount,
       ...engine.stats,
@@ -109,6 +196,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     engine.reset();
     store.clear();
     faults.clear();
+    counters = zeroCounters();
   }
 
   async function readJson(request: Request): Promise<unknown> {
@@ -122,29 +210,26 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
 
   /** Parse, render and check a generation body the way a request is checked (shared with /sim/match). */
   function prepare(endpoint: Endpoint, body: unknown) {
-    const parsed = parseRequest(endpoint, body, (id) => store.get(id));
-    if (parsed.model !== undefined && parsed.model !== options.model) {
-      throw new ApiError(404, `The model \`${parsed.model}\` does not exist.`, { type: "NotFoundError", param: "model" });
+    if (profile.responsesState === "rejected" && isRecord(body) && typeof body.previous_response_id === "string" && body.previous_response_id !== "") {
+      // llama.cpp server-chat.cpp: a stateless server says so.
+      throw new ApiError(400, "llama.cpp does not support 'previous_response_id'.", { param: "previous_response_id" });
     }
+    const previous = profile.responsesState === "stored" ? (id: string) => store.get(id) : undefined;
+    const parsed = parseRequest(endpoint, body, previous, options.template);
+    const model = profile.resolveModel(parsed.model, options.model);
     const promptTokens = engine.tokenizer.count(parsed.prompt);
-    const limit = options.maxModelLen;
+    const limit = contextLimit();
     if (promptTokens === 0) throw new ApiError(400, "The prompt is empty.", { param: "prompt" });
-    if (promptTokens >= limit) {
-      throw new ApiError(
-        400,
-        `This model's maximum context length is ${limit} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input messages.`,
-      );
-    }
-    if (parsed.maxTokens !== undefined && promptTokens + parsed.maxTokens > limit) {
-      throw new ApiError(
-        400,
-        `This model's maximum context length is ${limit} tokens. However, you requested ${promptTokens + parsed.maxTokens} tokens (${promptTokens} in the messages, ${parsed.maxTokens} in the completion). Please reduce the length of the messages or completion.`,
-      );
-    }
+    const tooLong = profile.contextError(promptTokens, parsed.maxTokens, limit);
+    if (tooLong) throw tooLong;
     const room = limit - promptTokens;
-    const maxTokens = parsed.maxTokens ?? Math.min(options.defaultMaxTokens, room);
+    // A profile that does not refuse a long max_tokens (llama.cpp) stops at the context end.
+    const maxTokens = Math.min(parsed.maxTokens ?? options.defaultMaxTokens, room);
     const finishReason: "stop" | "length" = parsed.maxTokens !== undefined || options.defaultMaxTokens > room ? "length" : "stop";
-    return { parsed, promptTokens, maxTokens, finishReason };
+    const shape = endpoint === "/v1/completions" ? undefined : reasoningShape(options.template);
+    const seed = outputSeed(parsed.prompt);
+    const reply = shape && new ReasoningReply(shape, maxTokens, options.charsPerToken, (i) => engine.tokenizer.word(seed, i));
+    return { parsed, model, promptTokens, maxTokens, finishReason, reply };
   }
 
   function waitReal(ms: number, signal: AbortSignal): Promise<boolean> {
@@ -162,16 +247,18 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     });
   }
 
+  type Prepared = ReturnType<typeof prepare>;
+
   async function generate(endpoint: Endpoint, request: Request): Promise<Response> {
-    const shape: ErrorShape = endpoint === "/v1/messages" ? "anthropic" : "openai";
     engine.stats.requests_total++;
+    const errorOf = (error: ApiError) => (endpoint === "/v1/messages" ? errorResponse(error, "anthropic", baseHeaders) : profileError(error));
     const refuse = (error: ApiError, counter: "faulted_total" | "rejected_total") => {
       engine.stats[counter]++;
       if (options.verbose) log(`${options.name} POST ${endpoint} ${error.status} ${error.message}`);
-      return errorResponse(error, shape, baseHeaders);
+      return errorOf(error);
     };
     if (faults.loading()) return refuse(new ApiError(503, "Loading model"), "faulted_total");
-    let prepared: ReturnType<typeof prepare>;
+    let prepared: Prepared;
     try {
       prepared = prepare(endpoint, await readJson(request));
     } catch (error) {
@@ -187,40 +274,66 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       return refuse(new ApiError(failStatus, `sim ${options.name}: injected failure (fail_next)`), "faulted_total");
     }
     const { parsed } = prepared;
+    const started = clock.now();
     const ctx: FormatContext = {
       endpoint,
-      id: `${idPrefix(endpoint)}${crypto.randomUUID().replaceAll("-", "")}`,
+      id: responseId(endpoint),
       itemId: `msg_${crypto.randomUUID().replaceAll("-", "")}`,
-      model: options.model,
+      model: prepared.model,
       created: Math.floor(Date.now() / 1000),
-      includeUsage: parsed.includeUsage,
+      includeUsage: endpoint === "/v1/chat/completions" || endpoint === "/v1/completions" ? profile.streamUsage(parsed.streamOptions) : true,
       maxTokens: parsed.maxTokens,
+      plannedTokens: prepared.maxTokens,
+      finishReason: prepared.finishReason,
       instructions: parsed.instructions,
-      previousResponseId: parsed.previousResponseId,
-      store: parsed.store,
+      previousResponseId: profile.responsesState === "stored" ? parsed.previousResponseId : undefined,
+      store: profile.responsesState === "stored" ? parsed.store : false,
+      reply: prepared.reply,
+      elapsedMs: () => clock.now() - started,
     };
     const onEnd = (result: SequenceResult) => {
-      if ((result.reason === "stop" || result.reason === "length") && endpoint === "/v1/responses" && parsed.store) {
-        store.set(ctx.id, [...(parsed.conversation ?? []), { role: "assistant", content: result.text }]);
+      if ((result.reason === "stop" || result.reason === "length") && endpoint === "/v1/responses" && ctx.store) {
+        store.set(ctx.id, [...(parsed.conversation ?? []), replyMessage(ctx, result.text)]);
       }
       if (options.verbose) {
         const ttft = result.ttftMs === undefined ? "-" : `${result.ttftMs.toFixed(1)}ms (model ${result.ttftModelMs!.toFixed(0)}ms)`;
         log(
-          `${options.name} POST ${endpoint} ${result.reason} prompt=${result.promptTokens} cached=${result.cachedTokens} out=${result.completionTokens} ttft=${ttft}`,
+          `${options.name} POST ${endpoint} ${result.reason} prompt=${result.promptTokens} cached=${result.cachedTokens} stop=${result.prefixStop ?? "-"} out=${result.completionTokens} ttft=${ttft}`,
         );
       }
     };
     return parsed.stream ? streamed(ctx, parsed, prepared, request, onEnd) : whole(ctx, parsed, prepared, request, onEnd);
   }
 
-  async function whole(
-    ctx: FormatContext,
-    parsed: ParsedRequest,
-    prepared: ReturnType<typeof prepare>,
-    request: Request,
-    onEnd: (r: SequenceResult) => void,
-  ): Promise<Response> {
-    const seq = engine.submit({ prompt: parsed.prompt, maxTokens: prepared.maxTokens, finishReason: prepared.finishReason, salt: parsed.salt });
+  /** Each family's response id (llama.cpp: 32 random characters, chatcmpl- for completions too; Ollama: a number below 999). */
+  function responseId(endpoint: Endpoint): string {
+    const hex = crypto.randomUUID().replaceAll("-", "");
+    if (profile.family === "llamacpp") return `${endpoint === "/v1/responses" ? "resp_" : endpoint === "/v1/messages" ? "msg_" : "chatcmpl-"}${hex}`;
+    if (profile.family === "ollama" && endpoint !== "/v1/messages") {
+      return endpoint === "/v1/responses" ? `resp_${Math.floor(Math.random() * 999_999)}` : `${idPrefix(endpoint)}${Math.floor(Math.random() * 999)}`;
+    }
+    return `${idPrefix(endpoint)}${hex}`;
+  }
+
+  /** The assistant message a stored Responses conversation keeps (reasoning apart when the template separates it). */
+  function replyMessage(ctx: FormatContext, text: string): ChatMessage {
+    if (!ctx.reply?.shape.separate) return { role: "assistant", content: text };
+    const { content, reasoning } = ctx.reply.split(text);
+    return { role: "assistant", content, reasoning };
+  }
+
+  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop">): Record<string, string> =>
+    seq.prefixStop === undefined ? {} : { "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}` };
+
+  async function whole(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
+    const seq = engine.submit({
+      prompt: parsed.prompt,
+      maxTokens: prepared.maxTokens,
+      finishReason: prepared.finishReason,
+      salt: parsed.salt,
+      ...(prepared.reply ? { output: (i: number) => prepared.reply!.token(i) } : {}),
+      listener: { onAdmit: onAdmitted, onToken: (_t, i) => onDecoded(i) },
+    });
     const onAbort = () => engine.cancel(seq, "cancelled");
     request.signal.addEventListener("abort", onAbort, { once: true });
     if (request.signal.aborted) onAbort();
@@ -228,25 +341,25 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     request.signal.removeEventListener("abort", onAbort);
     onEnd(result);
     if (result.reason === "cancelled") return new Response(null, { status: 499, headers: baseHeaders });
+    const headers: Record<string, string> = { ...baseHeaders, ...prefixHeader(result) };
     if (result.reason !== "stop" && result.reason !== "length") {
-      return errorResponse(new ApiError(503, `sim ${options.name}: request ended (${result.reason})`), ctx.endpoint === "/v1/messages" ? "anthropic" : "openai", baseHeaders);
+      const error = new ApiError(503, `sim ${options.name}: request ended (${result.reason})`);
+      return ctx.endpoint === "/v1/messages" ? errorResponse(error, "anthropic", headers) : profile.errorResponse(error, headers);
     }
-    return json(jsonBody(ctx, result));
+    return Response.json(profile.jsonBody(ctx, result), { headers });
   }
 
-  function streamed(
-    ctx: FormatContext,
-    parsed: ParsedRequest,
-    prepared: ReturnType<typeof prepare>,
-    request: Request,
-    onEnd: (r: SequenceResult) => void,
-  ): Response {
-    const format = streamFormat(ctx);
+  async function streamed(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
+    const format = profile.streamFormat(ctx);
     const cutAfter = faults.takeClose();
     let controller!: ReadableStreamDefaultController<Uint8Array>;
     let written = 0;
     let finished = false;
-    let seq: Sequence | undefined;
+    let seq: SimSequence | undefined;
+    // The response (and its x-sim-prefix header) goes out once the engine has admitted the
+    // sequence, when its cached tokens are known — or when it ended without.
+    let admitted!: () => void;
+    const admission = new Promise<void>((resolve) => (admitted = resolve));
     const stream = new ReadableStream<Uint8Array>({
       start(c) {
         controller = c;
@@ -278,14 +391,22 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       maxTokens: prepared.maxTokens,
       finishReason: prepared.finishReason,
       salt: parsed.salt,
+      ...(prepared.reply ? { output: (i: number) => prepared.reply!.token(i) } : {}),
       listener: {
+        onAdmit(self) {
+          seq ??= self;
+          onAdmitted(self);
+          admitted();
+        },
         // May run inside submit() (a tiny prompt can finish prefill at once), so use the argument.
         onToken(text, index, self) {
           seq ??= self;
+          onDecoded(index);
           if (index === 0) write(format.start({ promptTokens: self.promptTokens, cachedTokens: self.cachedTokens }));
-          write(format.delta(text));
+          write(format.delta(tokenPiece(ctx, text, index, options.charsPerToken)));
         },
         onEnd(result) {
+          admitted();
           onEnd(result);
           if (finished) return;
           if (result.reason === "stop" || result.reason === "length") {
@@ -308,8 +429,9 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     request.signal.addEventListener("abort", onAbort, { once: true });
     if (request.signal.aborted) onAbort();
     if (cutAfter === 0) cut();
+    await admission;
     return new Response(stream, {
-      headers: { ...baseHeaders, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
+      headers: { ...baseHeaders, ...prefixHeader(seq), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
     });
   }
 
@@ -319,42 +441,17 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     const method = request.method;
     if (method === "POST" && isEndpoint(path)) return generate(path, request);
     if (path.startsWith("/sim/")) return simRoute(path, method, request, url);
-    if (method === "GET" && path === "/metrics") {
-      return new Response(renderMetrics(engine, options.model), {
-        headers: { ...baseHeaders, "content-type": "text/plain; version=0.0.4; charset=utf-8" },
-      });
-    }
-    if (faults.loading() && (path === "/health" || path.startsWith("/v1/") || path === "/tokenize")) {
-      return openaiError(new ApiError(503, "Loading model"));
-    }
-    if (method === "GET" && path === "/health") return json({ status: "ok" });
-    if (method === "GET" && path === "/v1/models") {
-      return json({
-        object: "list",
-        data: [
-          {
-            id: options.model,
-            object: "model",
-            created: 0,
-            owned_by: "llmroute-sim",
-            root: options.model,
-            parent: null,
-            max_model_len: options.maxModelLen,
-            permission: [],
-          },
-        ],
-      });
-    }
-    if (method === "POST" && path === "/tokenize") {
+    if (faults.loading() && path !== "/metrics") throw new ApiError(503, "Loading model");
+    const answered = profile.route(method, path, replica, baseHeaders);
+    if (answered) return answered;
+    if (method === "POST" && path === "/tokenize" && profile.family !== "ollama") {
       const body = await readJson(request);
-      if (isRecord(body) && typeof body.model === "string" && body.model !== options.model) {
-        throw new ApiError(404, `The model \`${body.model}\` does not exist.`, { param: "model" });
-      }
-      const { text, llamacpp } = tokenizeText(body);
+      if (profile.family !== "llamacpp" && isRecord(body) && typeof body.model === "string") profile.resolveModel(body.model, options.model);
+      const { text, llamacpp } = tokenizeText(body, options.template);
       const tokens = engine.tokenizer.ids(text);
-      return json(llamacpp ? { tokens } : { count: tokens.length, max_model_len: options.maxModelLen, tokens, token_strs: null });
+      return json(llamacpp ? { tokens } : { count: tokens.length, max_model_len: contextLimit(), tokens, token_strs: null });
     }
-    throw new ApiError(404, `Not Found: ${method} ${path}`);
+    return profile.notFound(baseHeaders);
   }
 
   async function simRoute(path: string, method: string, request: Request, url: URL): Promise<Response> {
@@ -382,18 +479,22 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     name: options.name,
     model: options.model,
     options,
+    profile,
     engine,
     faults,
     state,
     reset,
     close: () => engine.close(),
     async fetch(request) {
+      const sim = new URL(request.url).pathname.startsWith("/sim/");
       try {
         return await route(request);
       } catch (error) {
-        if (error instanceof ApiError) return openaiError(error);
+        // /sim/* is the sim's own API: always OpenAI-shaped errors; the rest speaks the engine's.
+        const answer = (e: ApiError) => (sim ? errorResponse(e, "openai", baseHeaders) : profileError(e));
+        if (error instanceof ApiError) return answer(error);
         log(`${options.name}: internal error: ${(error as Error)?.stack ?? error}`);
-        return openaiError(new ApiError(500, `sim internal error: ${(error as Error)?.message ?? error}`));
+        return answer(new ApiError(500, `sim internal error: ${(error as Error)?.message ?? error}`));
       }
     },
   };

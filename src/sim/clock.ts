@@ -2,6 +2,7 @@
  * Time as an injected dependency: the engine reads `now()` and arms one timer at a time, so
  * unit tests step a `ManualClock` instead of sleeping.
  */
+import { readFileSync } from "node:fs";
 
 export type TimerHandle = unknown;
 
@@ -85,4 +86,26 @@ export class ManualClock implements Clock {
     }
     return best;
   }
+}
+
+let bootOffsetUs: number | undefined;
+
+/**
+ * CLOCK_MONOTONIC-like microseconds since boot, as llama.cpp's `ggml_time_us()` reads them
+ * (its Process-Start-Time-Unix header). Bun's process.hrtime counts from process start, so
+ * two restarts would read alike; /proc/uptime anchors the count to boot (Linux), and
+ * performance.now() gives it microsecond resolution. Elsewhere: Unix microseconds.
+ */
+export function monotonicMicros(): bigint {
+  if (bootOffsetUs === undefined) {
+    let uptimeUs: number | undefined;
+    try {
+      const seconds = Number(readFileSync("/proc/uptime", "utf8").split(" ")[0]);
+      if (Number.isFinite(seconds)) uptimeUs = seconds * 1e6;
+    } catch {
+      uptimeUs = undefined;
+    }
+    bootOffsetUs = (uptimeUs ?? performance.timeOrigin * 1000 + performance.now() * 1000) - performance.now() * 1000;
+  }
+  return BigInt(Math.round(bootOffsetUs + performance.now() * 1000));
 }

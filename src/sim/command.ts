@@ -5,7 +5,9 @@
  */
 import { defineCommand, type ArgsDef } from "citty";
 import { listenError, LlmrouteError } from "../errors.ts";
+import { TEMPLATES } from "./chat-templates.ts";
 import { PROFILES, type SimOptions } from "./options.ts";
+import { DEFAULT_ENGINE, ENGINE_PROFILES } from "./profiles/index.ts";
 import { routerTomlSnippet, startSim, startSimFleet, type SimServer } from "./server.ts";
 
 /** Numeric flags: CLI name → option key. */
@@ -32,7 +34,7 @@ const NUMBER_FLAGS = {
 
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "kv-tokens": "KV pool size in tokens (3090: 122636)",
-  "block-tokens": "Tokens per KV block (16)",
+  "block-tokens": "Tokens per KV block; only full blocks are cached (16; hybrid attention/Mamba models use 400-1568)",
   "prefill-tps": "Prefill tokens/s of the card, shared by concurrent prefills (3090: 4000)",
   "cached-token-cost": "Cost of a cached prompt token relative to an uncached one (0.05)",
   "decode-tps": "Decode tokens/s of one sequence alone (3090: 40)",
@@ -59,6 +61,20 @@ const args = {
   "base-port": { type: "string", description: "First port of a fleet (replica i on base-port + i; 0 = ephemeral)" },
   model: { type: "string", description: "Served model id", default: "sim-model" },
   profile: { type: "enum", options: Object.keys(PROFILES), description: "Calibrated profile", default: "3090" },
+  engine: {
+    type: "enum",
+    options: [...ENGINE_PROFILES],
+    description:
+      "Engine to imitate: usage fields, stream chunks, metrics, capacity and restart signals (vllm = no --enable-prompt-tokens-details; vllm-details; sglang = --enable-cache-report --enable-metrics; llamacpp = --metrics --slots; ollama)",
+    default: DEFAULT_ENGINE,
+  },
+  template: {
+    type: "enum",
+    options: [...TEMPLATES],
+    description:
+      "Chat template: chatml, or one under which a continuation is not a prefix of the previous turn (mistral3-tools: tools before the last user message; deepseek-r1: earlier reasoning cut; qwen3-reasoning: reasoning only after the last query)",
+    default: "chatml",
+  },
   ...(Object.fromEntries(
     Object.entries(HELP).map(([flag, description]) => [flag, { type: "string", description }]),
   ) as Record<keyof typeof NUMBER_FLAGS, { type: "string"; description: string }>),
@@ -84,6 +100,8 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
   const options: Partial<SimOptions> = {
     model: String(parsed.model ?? "sim-model"),
     profile: String(parsed.profile ?? "3090") as SimOptions["profile"],
+    engine: String(parsed.engine ?? DEFAULT_ENGINE) as SimOptions["engine"],
+    template: String(parsed.template ?? "chatml") as SimOptions["template"],
     prefixCache: parsed["prefix-cache"] !== false,
     verbose: parsed.verbose === true,
   };
@@ -105,7 +123,7 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
 }
 
 export default defineCommand({
-  meta: { name: "sim", description: "Run simulated OpenAI-compatible engine replicas with a vLLM-like prefix cache" },
+  meta: { name: "sim", description: "Run simulated OpenAI-compatible engine replicas (vLLM, SGLang, llama.cpp or Ollama) with a prefix cache" },
   args,
   async run({ args: parsed }) {
     const { options, replicas, port, basePort, hostname } = simOptionsFromArgs(parsed as ParsedArgs);

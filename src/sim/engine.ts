@@ -18,45 +18,30 @@
  */
 import { BlockPool, chainHash, rootHash, type BlockHash } from "./block-pool.ts";
 import { realClock, type Clock, type TimerHandle } from "./clock.ts";
+import { ComputedRecord } from "./computed-record.ts";
+import {
+  TTFT_BUCKETS,
+  zeroStats,
+  type EndReason,
+  type EngineStats,
+  type FinishReason,
+  type HistogramView,
+  type KvSnapshot,
+  type PrefixStop,
+  type SequenceListener,
+  type SequenceResult,
+  type SequenceState,
+  type SimEngineApi,
+  type SimSequence,
+  type SubmitInput,
+} from "./engine-api.ts";
 import type { EngineOptions } from "./options.ts";
 import { outputSeed, Tokenizer } from "./tokenizer.ts";
 
-export type FinishReason = "stop" | "length";
-/** Why a sequence ended: finished normally, its client went away, a fault closed it, or a reset. */
-export type EndReason = FinishReason | "cancelled" | "fault" | "reset";
+export { TTFT_BUCKETS } from "./engine-api.ts";
+export type { EndReason, EngineStats, FinishReason, PrefixStop, SequenceListener, SequenceResult, SequenceState, SubmitInput } from "./engine-api.ts";
 
-export interface SequenceResult {
-  reason: EndReason;
-  /** The generated text. */
-  text: string;
-  promptTokens: number;
-  completionTokens: number;
-  /** Prompt tokens found in the prefix cache at first admission. */
-  cachedTokens: number;
-  /** Real ms from submit to the first token (undefined if none was produced). */
-  ttftMs: number | undefined;
-  /** The same in model time (what a full-scale card would show). */
-  ttftModelMs: number | undefined;
-}
-
-export interface SequenceListener {
-  /** A token was produced (index 0 = the first token). Called synchronously; do not block. */
-  onToken?(text: string, index: number, seq: Sequence): void;
-  /** Called once, after the last token. */
-  onEnd?(result: SequenceResult): void;
-}
-
-export interface SubmitInput {
-  prompt: string;
-  maxTokens: number;
-  finishReason: FinishReason;
-  salt?: string;
-  listener?: SequenceListener;
-}
-
-export type SequenceState = "waiting" | "prefill" | "decode" | "done";
-
-export class Sequence {
+export class Sequence implements SimSequence {
   readonly id: number;
   readonly prompt: string;
   readonly promptTokens: number;
@@ -65,11 +50,13 @@ export class Sequence {
   readonly salt: string | undefined;
   readonly seed: number;
   readonly listener: SequenceListener;
+  readonly output: ((index: number) => string) | undefined;
   readonly done: Promise<SequenceResult>;
   state: SequenceState = "waiting";
   generated = 0;
   genText = "";
   cachedTokens = 0;
+  prefixStop: PrefixStop | undefined;
   admissions = 0;
   blocks: number[] = [];
   hashes: BlockHash[] = [];
@@ -95,6 +82,7 @@ export class Sequence {
     this.salt = input.salt;
     this.seed = outputSeed(input.prompt);
     this.listener = input.listener ?? {};
+    this.output = input.output;
     this.arrivalMs = arrivalMs;
     this.arrivalModel = arrivalModel;
     this.done = new Promise((resolve) => (this.resolve = resolve));
@@ -106,44 +94,7 @@ export class Sequence {
   }
 }
 
-/** Counters, named as /sim/state reports them. */
-export interface EngineStats {
-  requests_total: number;
-  completed_total: number;
-  cancelled_total: number;
-  faulted_total: number;
-  rejected_total: number;
-  preemptions_total: number;
-  prompt_tokens_total: number;
-  generation_tokens_total: number;
-  prefix_cache_queries_total: number;
-  prefix_cache_hits_total: number;
-  cached_tokens_total: number;
-}
-
-function zeroStats(): EngineStats {
-  return {
-    requests_total: 0,
-    completed_total: 0,
-    cancelled_total: 0,
-    faulted_total: 0,
-    rejected_total: 0,
-    preemptions_total: 0,
-    prompt_tokens_total: 0,
-    generation_tokens_total: 0,
-    prefix_cache_queries_total: 0,
-    prefix_cache_hits_total: 0,
-    cached_tokens_total: 0,
-  };
-}
-
-/** vLLM's TTFT histogram buckets, in seconds. */
-export const TTFT_BUCKETS = [
-  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
-  2560.0,
-];
-
-export class Histogram {
+export class Histogram implements HistogramView {
   readonly buckets: readonly number[];
   counts: number[];
   sum = 0;
@@ -171,7 +122,7 @@ const EPS = 1e-9;
 /** Model seconds within which an event counts as due. */
 const DUE_SLACK_S = 1e-7;
 
-export class SimEngine {
+export class SimEngine implements SimEngineApi {
   readonly options: EngineOptions;
   readonly pool: BlockPool;
   readonly tokenizer: Tokenizer;
@@ -179,6 +130,8 @@ export class SimEngine {
   stats: EngineStats = zeroStats();
   readonly finished = { stop: 0, length: 0, abort: 0 };
   readonly ttft = new Histogram(TTFT_BUCKETS);
+  /** Block hashes computed here since the last reset: tells an evicted block from a new one. */
+  readonly computed: ComputedRecord;
 
   private readonly blockChars: number;
   private modelTime: number;
@@ -199,6 +152,7 @@ export class SimEngine {
     this.options = options;
     this.clock = clock;
     this.pool = new BlockPool(Math.floor(options.kvTokens / options.blockTokens));
+    this.computed = ComputedRecord.forPool(this.pool.numBlocks);
     this.tokenizer = new Tokenizer(options.charsPerToken);
     this.blockChars = options.blockTokens * options.charsPerToken;
     this.modelTime = this.modelNow();
@@ -210,6 +164,18 @@ export class SimEngine {
 
   get waitingCount(): number {
     return this.waiting.length;
+  }
+
+  kv(): KvSnapshot {
+    const pool = this.pool;
+    return {
+      totalBlocks: pool.numBlocks,
+      freeBlocks: pool.freeBlocks,
+      usedBlocks: pool.usedBlocks,
+      cachedBlocks: pool.cachedBlocks,
+      evictedBlocksTotal: pool.evictions,
+      usage: pool.usage,
+    };
   }
 
   /** Queue a request. Its tokens arrive through `listener`; `done` resolves when it ends. */
@@ -227,7 +193,8 @@ export class SimEngine {
    * Stop a sequence and free its KV (computed full blocks stay cached). `reason` "cancelled"
    * (the client went away) counts in `cancelled_total`. Safe to call from a listener.
    */
-  cancel(seq: Sequence, reason: Exclude<EndReason, FinishReason> = "cancelled"): void {
+  cancel(sequence: SimSequence, reason: Exclude<EndReason, FinishReason> = "cancelled"): void {
+    const seq = sequence as Sequence;
     if (seq.state === "done" || seq.endRequested) return;
     if (this.busy) {
       seq.endRequested = reason;
@@ -283,6 +250,7 @@ export class SimEngine {
       this.busy = false;
     }
     this.pool.clearCache();
+    this.computed.clear();
     this.poolEpoch++;
     this.stats = zeroStats();
     this.finished.stop = this.finished.length = this.finished.abort = 0;
@@ -419,7 +387,7 @@ export class SimEngine {
 
   private emit(seq: Sequence): void {
     const index = seq.generated;
-    const text = this.tokenizer.word(seq.seed, index);
+    const text = seq.output?.(index) ?? this.tokenizer.word(seq.seed, index);
     seq.genText += text;
     seq.generated++;
     this.stats.generation_tokens_total++;
@@ -458,8 +426,10 @@ export class SimEngine {
         promptTokens: seq.promptTokens,
         completionTokens: seq.generated,
         cachedTokens: seq.cachedTokens,
+        prefixStop: seq.prefixStop,
         ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
         ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
+        durationMs: this.clock.now() - seq.arrivalMs,
       };
       seq.resolve(result);
       seq.listener.onEnd?.(result);
@@ -507,10 +477,19 @@ export class SimEngine {
     this.stats.prefix_cache_hits_total += cached;
     if (seq.admissions === 0) {
       seq.cachedTokens = cached;
+      seq.prefixStop = this.stopReason(seq, hits.length, maxHit);
       this.stats.cached_tokens_total += cached;
+      this.stats[`stop_${seq.prefixStop}_total`]++;
     }
     seq.admissions++;
+    if (seq.admissions === 1) seq.listener.onAdmit?.(seq);
     return true;
+  }
+
+  /** Why a hit of `hit` blocks (of at most `maxHit`) stopped there; see PrefixStop. */
+  private stopReason(seq: Sequence, hit: number, maxHit: number): PrefixStop {
+    if (hit >= maxHit) return "full";
+    return this.computed.has(this.hashAt(seq, hit)) ? "evicted" : "new";
   }
 
   private preempt(seq: Sequence): void {
@@ -546,7 +525,11 @@ export class SimEngine {
   private commit(seq: Sequence, computedTokens: number): void {
     if (!this.options.prefixCache) return;
     const limit = Math.min(Math.floor(computedTokens / this.options.blockTokens), this.fullBlocks(seq), seq.blocks.length);
-    for (let b = seq.committed; b < limit; b++) this.pool.commit(seq.blocks[b]!, this.hashAt(seq, b));
+    for (let b = seq.committed; b < limit; b++) {
+      const hash = this.hashAt(seq, b);
+      this.pool.commit(seq.blocks[b]!, hash);
+      this.computed.add(hash);
+    }
     if (limit > seq.committed) {
       seq.committed = limit;
       this.poolEpoch++;

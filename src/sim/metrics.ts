@@ -1,67 +1,63 @@
 /**
- * GET /metrics in Prometheus text format with vLLM V1's metric names and labels
- * (`model_name`, `engine`), so the router's scraper and the probe read the sim exactly as
- * they read vLLM. TTFT is observed in real seconds — the same clock a client measures.
- * Counters are written as prometheus_client (vLLM's exporter) writes them: the `_total`
- * name in HELP, TYPE and samples alike, which `promtool check metrics` requires.
+ * Prometheus text exposition helpers for the profiles' /metrics (the names, labels and
+ * meanings are each profile's: profiles/vllm.ts, sglang.ts, llamacpp.ts).
+ *
+ * `Exposition` writes as prometheus_client (vLLM's and SGLang's exporter) does: a counter's
+ * `_total` name in HELP, TYPE and samples alike (which `promtool check metrics` requires),
+ * floats printed like Python's repr. TTFT is observed in real seconds — the clock a client
+ * measures.
  */
-import type { SimEngine } from "./engine.ts";
+import type { HistogramView } from "./engine-api.ts";
 
-export function renderMetrics(engine: SimEngine, model: string): string {
-  engine.sync();
-  const labels = `engine="0",model_name="${escapeLabel(model)}"`;
-  const lines: string[] = [];
-  const metric = (name: string, type: string, help: string, samples: [string, number][]) => {
-    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
-    for (const [suffixAndLabels, value] of samples) lines.push(`${name}${suffixAndLabels} ${formatValue(value)}`);
-  };
-  const s = engine.stats;
-  const o = engine.options;
-  metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [[`{${labels}}`, engine.runningCount]]);
-  metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [[`{${labels}}`, engine.waitingCount]]);
-  metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [[`{${labels}}`, engine.pool.usage]]);
-  metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", [
-    [`{${labels}}`, s.prefix_cache_queries_total],
-  ]);
-  metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", [
-    [`{${labels}}`, s.prefix_cache_hits_total],
-  ]);
-  metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [
-    [`{${labels}}`, s.preemptions_total],
-  ]);
-  metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [[`{${labels}}`, s.prompt_tokens_total]]);
-  metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [
-    [`{${labels}}`, s.generation_tokens_total],
-  ]);
-  metric(
-    "vllm:request_success_total",
-    "counter",
-    "Count of successfully processed requests.",
-    (["stop", "length", "abort"] as const).map((reason) => [
-      `{${labels},finished_reason="${reason}"}`,
-      engine.finished[reason],
-    ]),
-  );
-  const h = engine.ttft;
-  metric("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", [
-    ...h.buckets.map((le, i): [string, number] => [`_bucket{${labels},le="${formatValue(le)}"}`, h.counts[i]!]),
-    [`_bucket{${labels},le="+Inf"}`, h.count],
-    [`_count{${labels}}`, h.count],
-    [`_sum{${labels}}`, h.sum],
-  ]);
-  metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", [
-    [
-      `{block_size="${o.blockTokens}",enable_prefix_caching="${o.prefixCache ? "True" : "False"}",engine="0",num_gpu_blocks="${engine.pool.numBlocks}"}`,
-      1,
-    ],
-  ]);
-  return `${lines.join("\n")}\n`;
+export class Exposition {
+  private readonly lines: string[] = [];
+
+  /** One family: HELP, TYPE, then `[suffixAndLabels, value]` samples. */
+  metric(name: string, type: "counter" | "gauge" | "histogram", help: string, samples: [string, number][]): this {
+    this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    for (const [suffixAndLabels, value] of samples) this.lines.push(`${name}${suffixAndLabels} ${pythonFloat(value)}`);
+    return this;
+  }
+
+  /** A histogram read at `bounds` out of `h` (every bound must be one of h's buckets). */
+  histogram(name: string, help: string, labels: string, h: HistogramView, bounds: readonly number[]): this {
+    const samples: [string, number][] = bounds.map((le) => {
+      const i = h.buckets.indexOf(le);
+      if (i < 0) throw new Error(`sim: histogram ${name} has no bucket ${le}`);
+      return [`_bucket{${labels}${labels ? "," : ""}le="${pythonFloat(le)}"}`, h.counts[i]!];
+    });
+    samples.push([`_bucket{${labels}${labels ? "," : ""}le="+Inf"}`, h.count], [`_count${labels ? `{${labels}}` : ""}`, h.count], [`_sum${labels ? `{${labels}}` : ""}`, h.sum]);
+    return this.metric(name, "histogram", help, samples);
+  }
+
+  text(): string {
+    return `${this.lines.join("\n")}\n`;
+  }
 }
 
-function formatValue(value: number): string {
-  return Number.isInteger(value) ? value.toFixed(1) : String(value);
+/** A float as Python's repr writes it (prometheus_client's floatToGoString): 3 → "3.0". */
+export function pythonFloat(value: number): string {
+  if (Number.isInteger(value)) return Math.abs(value) >= 1e16 ? String(value) : value.toFixed(1);
+  return String(value);
 }
 
-function escapeLabel(value: string): string {
+export function escapeLabel(value: string): string {
   return value.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+}
+
+/**
+ * A double as C++'s `std::ostream << double` writes it (%g, 6 significant digits): llama.cpp's
+ * /metrics. 0 → "0", 1299.7903 → "1299.79", 228919000 → "2.28919e+08".
+ */
+export function cppDouble(value: number): string {
+  if (value === 0) return "0";
+  if (!Number.isFinite(value)) return Number.isNaN(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  const exponent = Math.floor(Math.log10(Math.abs(value)));
+  if (exponent < -5 || exponent >= 6) {
+    const [mantissa, exp] = value.toExponential(5).split("e");
+    const m = mantissa!.replace(/\.?0+$/, "");
+    const e = Number(exp);
+    return `${m}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
+  }
+  return value.toPrecision(6).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
 }

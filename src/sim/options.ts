@@ -6,6 +6,8 @@
  * is calibrated to the seed measurements (see the README's sim section for the arithmetic).
  */
 import { LlmrouteError } from "../errors.ts";
+import { isTemplateName, TEMPLATES, type TemplateName } from "./chat-templates.ts";
+import { DEFAULT_ENGINE, ENGINE_PROFILES, isEngineProfileName, type EngineProfileName } from "./profiles/index.ts";
 
 /** The engine's knobs (camelCase here; kebab-case on the CLI; snake_case in /sim/state). */
 export interface EngineOptions {
@@ -62,6 +64,10 @@ export interface SimOptions extends EngineOptions, FaultOptions {
   model: string;
   /** Profile whose values fill every option not given explicitly. */
   profile: ProfileName;
+  /** Which engine the replica imitates: usage fields, stream chunks, metrics, capacity and restart signals. */
+  engine: EngineProfileName;
+  /** How chat histories are rendered (ChatML; or a template under which continuations stop being prefixes). */
+  template: TemplateName;
   /** Stored Responses API conversations kept per replica (oldest dropped first). */
   responsesStoreMax: number;
   /** Log one line per request to `log`. */
@@ -108,6 +114,8 @@ export const DEFAULT_PROFILE: ProfileName = "3090";
 const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   name: "gpu0",
   model: "sim-model",
+  engine: DEFAULT_ENGINE,
+  template: "chatml",
   timeScale: 1,
   prefixCache: true,
   minTickMs: 2,
@@ -178,6 +186,8 @@ function validate(o: SimOptions): string[] {
   countOrAll("closeNext");
   nonNegative("startupDelayMs");
   need(typeof o.name === "string" && /^[\w.-]+$/.test(o.name), "name", o.name, "must be letters, digits, '.', '_' or '-'");
+  need(isEngineProfileName(o.engine), "engine", o.engine, `must be one of ${ENGINE_PROFILES.join(", ")}`);
+  need(isTemplateName(o.template), "template", o.template, `must be one of ${TEMPLATES.join(", ")}`);
   need(typeof o.model === "string" && o.model.length > 0, "model", o.model, "must be a non-empty string");
   need(Math.floor(o.kvTokens / o.blockTokens) >= 1, "kv-tokens", o.kvTokens, "must hold at least one block");
   return problems;

@@ -3,7 +3,7 @@
  */
 import { LlmrouteError } from "../errors.ts";
 import { createSimApp, type SimApp, type SimAppDeps } from "./app.ts";
-import type { SimEngine } from "./engine.ts";
+import type { SimEngineApi } from "./engine-api.ts";
 import type { SimOptions } from "./options.ts";
 
 export interface SimServer {
@@ -11,7 +11,7 @@ export interface SimServer {
   /** http://HOST:PORT, no trailing slash (127.0.0.1 when bound to 0.0.0.0). */
   url: string;
   port: number;
-  engine: SimEngine;
+  engine: SimEngineApi;
   app: SimApp;
   /** Close the listener and every open connection; running sequences end. */
   stop(): Promise<void>;
@@ -84,18 +84,22 @@ export async function startSimFleet(options: StartFleetOptions, deps: SimAppDeps
   return servers;
 }
 
-/** A router.toml fragment listing these sims. */
+/**
+ * A router.toml fragment listing these sims. An Ollama replica has neither /metrics nor
+ * /health: it is checked on `/api/version` (profiles/ollama.ts) and not scraped.
+ */
 export function routerTomlSnippet(servers: readonly SimServer[]): string {
   return servers
-    .map((s) =>
-      [
+    .map((s) => {
+      const ollama = s.app.profile.family === "ollama";
+      return [
         "[[replica]]",
         `name = "${s.name}"`,
         `url = "${s.url}"`,
         `kv_tokens = ${s.app.options.kvTokens}`,
         `models = ["${s.app.options.model}"]`,
-        `metrics = "/metrics"`,
-      ].join("\n"),
-    )
+        ...(ollama ? [`health_path = "/api/version"`] : [`metrics = "/metrics"`]),
+      ].join("\n");
+    })
     .join("\n\n");
 }

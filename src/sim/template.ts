@@ -1,14 +1,15 @@
 /**
  * Request bodies → the text a real engine would tokenize.
  *
- * Chat-shaped requests go through one ChatML-style template
- * (`<|im_start|>role\ncontent<|im_end|>\n`, system first, tools rendered into the system
- * area, a generation prompt `<|im_start|>assistant\n` last), like a Qwen chat template. The
- * assistant's reply is appended verbatim after the generation prompt, so the next turn's
- * rendering starts with exactly the text the engine computed: a continuation hits the cache
- * the way it does on vLLM. Plain completions are used as-is.
+ * Chat-shaped requests (chat, Anthropic messages, Responses) become one list of messages,
+ * rendered by the replica's chat template (chat-templates.ts; ChatML by default, where the
+ * next turn's rendering starts with exactly the text the engine computed, so a continuation
+ * hits the cache the way it does on vLLM). Plain completions are used as-is.
  */
 import { ApiError } from "./_api-error.ts";
+import { chatmlToolCall, renderTemplate, type TemplateName } from "./chat-templates.ts";
+
+export { renderChat } from "./chat-templates.ts";
 
 export const ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"] as const;
 export type Endpoint = (typeof ENDPOINTS)[number];
@@ -17,9 +18,23 @@ export function isEndpoint(path: string): path is Endpoint {
   return (ENDPOINTS as readonly string[]).includes(path);
 }
 
+/** One tool call an assistant message carries. */
+export interface ToolCallPart {
+  id?: string;
+  name: string;
+  /** JSON text, as the API carries it. */
+  arguments: string;
+}
+
 export interface ChatMessage {
   role: string;
+  /** Text only; tool calls and results are kept apart so each template writes its own markup. */
   content: string;
+  /** Reasoning sent back with an assistant message (`reasoning_content` / `reasoning`). */
+  reasoning?: string;
+  toolCalls?: ToolCallPart[];
+  /** The call a tool message answers. */
+  toolCallId?: string;
 }
 
 /** What the engine needs from a generation request, whatever its API. */
@@ -28,8 +43,8 @@ export interface ParsedRequest {
   /** As sent (undefined = not sent). */
   model: string | undefined;
   stream: boolean;
-  /** stream_options.include_usage (chat/completions); always true for the APIs that always report usage. */
-  includeUsage: boolean;
+  /** stream_options as sent (undefined = absent); each engine profile decides what it means. */
+  streamOptions: unknown;
   /** Requested output length; undefined = the sim's default (finish "stop"). */
   maxTokens: number | undefined;
   /** vLLM cache_salt: only hits cache computed with the same salt. */
@@ -44,17 +59,20 @@ export interface ParsedRequest {
   store: boolean;
 }
 
-export function renderChat(messages: readonly ChatMessage[], addGenerationPrompt = true): string {
-  let out = "";
-  for (const m of messages) out += `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`;
-  return addGenerationPrompt ? `${out}<|im_start|>assistant\n` : out;
-}
-
 /** Look up a stored Responses conversation by id (per replica). */
 export type PreviousLookup = (id: string) => ChatMessage[] | undefined;
 
-/** Parse and render one generation request. Throws ApiError (400 bad body, 404 unknown previous_response_id). */
-export function parseRequest(endpoint: Endpoint, body: unknown, previous: PreviousLookup = () => undefined): ParsedRequest {
+/**
+ * Parse and render one generation request. Throws ApiError (400 bad body, 404 unknown
+ * previous_response_id). `previous` undefined = this engine keeps no Responses state, and the
+ * id is ignored (Ollama).
+ */
+export function parseRequest(
+  endpoint: Endpoint,
+  body: unknown,
+  previous: PreviousLookup | undefined = () => undefined,
+  template: TemplateName = "chatml",
+): ParsedRequest {
   if (!isRecord(body)) throw new ApiError(400, "the request body must be a JSON object");
   const n = body.n;
   if (n !== undefined && n !== null && n !== 1) throw new ApiError(400, "the sim generates one choice per request (n must be 1)", { param: "n" });
@@ -70,15 +88,15 @@ export function parseRequest(endpoint: Endpoint, body: unknown, previous: Previo
       const messages = chatMessages(body.messages);
       return {
         ...base,
-        includeUsage: isRecord(body.stream_options) && body.stream_options.include_usage === true,
+        streamOptions: body.stream_options ?? undefined,
         maxTokens: maxTokens(body, "max_completion_tokens") ?? maxTokens(body, "max_tokens"),
-        prompt: renderChat(withTools(messages, body.tools)),
+        prompt: renderTemplate(template, messages, body.tools),
       };
     }
     case "/v1/completions":
       return {
         ...base,
-        includeUsage: isRecord(body.stream_options) && body.stream_options.include_usage === true,
+        streamOptions: body.stream_options ?? undefined,
         maxTokens: maxTokens(body, "max_tokens"),
         prompt: completionPrompt(body.prompt),
       };
@@ -88,16 +106,16 @@ export function parseRequest(endpoint: Endpoint, body: unknown, previous: Previo
       const head = system === undefined ? [] : [{ role: "system", content: system }];
       return {
         ...base,
-        includeUsage: true,
+        streamOptions: undefined,
         maxTokens: maxTokens(body, "max_tokens"),
-        prompt: renderChat(withTools([...head, ...messages], body.tools)),
+        prompt: renderTemplate(template, [...head, ...messages], body.tools),
       };
     }
     case "/v1/responses": {
       const instructions = optionalString(body, "instructions");
       const previousResponseId = optionalString(body, "previous_response_id");
       let history: ChatMessage[] = [];
-      if (previousResponseId !== undefined) {
+      if (previousResponseId !== undefined && previous) {
         const found = previous(previousResponseId);
         if (!found) {
           throw new ApiError(404, `Response with id '${previousResponseId}' not found.`, { param: "previous_response_id" });
@@ -108,9 +126,9 @@ export function parseRequest(endpoint: Endpoint, body: unknown, previous: Previo
       const head = instructions === undefined ? [] : [{ role: "system", content: instructions }];
       return {
         ...base,
-        includeUsage: true,
+        streamOptions: undefined,
         maxTokens: maxTokens(body, "max_output_tokens"),
-        prompt: renderChat(withTools([...head, ...conversation], body.tools)),
+        prompt: renderTemplate(template, [...head, ...conversation], body.tools),
         conversation,
         instructions,
         previousResponseId,
@@ -121,12 +139,12 @@ export function parseRequest(endpoint: Endpoint, body: unknown, previous: Previo
 }
 
 /** vLLM /tokenize and llama.cpp /tokenize bodies → the text to count. */
-export function tokenizeText(body: unknown): { text: string; llamacpp: boolean } {
+export function tokenizeText(body: unknown, template: TemplateName = "chatml"): { text: string; llamacpp: boolean } {
   if (!isRecord(body)) throw new ApiError(400, "the request body must be a JSON object");
   if (typeof body.content === "string") return { text: body.content, llamacpp: true };
   if (body.messages !== undefined) {
     const add = body.add_generation_prompt !== false;
-    return { text: renderChat(withTools(chatMessages(body.messages), body.tools), add), llamacpp: false };
+    return { text: renderTemplate(template, chatMessages(body.messages), body.tools, add), llamacpp: false };
   }
   if (body.prompt !== undefined) return { text: completionPrompt(body.prompt), llamacpp: false };
   throw new ApiError(400, "tokenize needs `prompt`, `messages` (vLLM) or `content` (llama.cpp)");
@@ -138,15 +156,26 @@ function chatMessages(value: unknown): ChatMessage[] {
   if (!Array.isArray(value) || value.length === 0) throw new ApiError(400, "`messages` must be a non-empty array", { param: "messages" });
   return value.map((m, i) => {
     if (!isRecord(m) || typeof m.role !== "string") throw new ApiError(400, `messages[${i}] needs a string \`role\``, { param: "messages" });
-    let content = m.content === undefined || m.content === null ? "" : partsText(m.content, `messages[${i}].content`);
+    const message: ChatMessage = {
+      role: m.role,
+      content: m.content === undefined || m.content === null ? "" : partsText(m.content, `messages[${i}].content`),
+    };
+    // vLLM has read both names for the reasoning an agent sends back.
+    const reasoning = typeof m.reasoning_content === "string" ? m.reasoning_content : typeof m.reasoning === "string" ? m.reasoning : undefined;
+    if (reasoning !== undefined) message.reasoning = reasoning;
     if (Array.isArray(m.tool_calls)) {
-      for (const call of m.tool_calls) {
+      message.toolCalls = m.tool_calls.map((call) => {
         const fn = isRecord(call) && isRecord(call.function) ? call.function : {};
-        content += toolCall(fn.name, typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {}));
-      }
+        const part: ToolCallPart = {
+          name: typeof fn.name === "string" ? fn.name : "",
+          arguments: typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+        };
+        if (isRecord(call) && typeof call.id === "string") part.id = call.id;
+        return part;
+      });
     }
-    if (m.role === "tool") content = `<tool_response>\n${content}\n</tool_response>`;
-    return { role: m.role, content };
+    if (typeof m.tool_call_id === "string") message.toolCallId = m.tool_call_id;
+    return message;
   });
 }
 
@@ -166,11 +195,15 @@ function responsesInput(value: unknown): ChatMessage[] {
     if (typeof item === "string") return out.push({ role: "user", content: item });
     if (!isRecord(item)) throw new ApiError(400, `input[${i}] must be an object`, { param: "input" });
     if (item.type === "function_call") {
-      return out.push({ role: "assistant", content: toolCall(item.name, typeof item.arguments === "string" ? item.arguments : "{}") });
+      const call: ToolCallPart = { name: typeof item.name === "string" ? item.name : "", arguments: typeof item.arguments === "string" ? item.arguments : "{}" };
+      if (typeof item.call_id === "string") call.id = item.call_id;
+      return out.push({ role: "assistant", content: "", toolCalls: [call] });
     }
     if (item.type === "function_call_output") {
       const output = typeof item.output === "string" ? item.output : JSON.stringify(item.output ?? "");
-      return out.push({ role: "tool", content: `<tool_response>\n${output}\n</tool_response>` });
+      const message: ChatMessage = { role: "tool", content: output };
+      if (typeof item.call_id === "string") message.toolCallId = item.call_id;
+      return out.push(message);
     }
     if (item.type === "reasoning") return;
     if (typeof item.role === "string") {
@@ -218,8 +251,9 @@ function blocksText(value: unknown, where: string): string {
       switch (block.type) {
         case "text":
           return typeof block.text === "string" ? block.text : "";
+        // Tool blocks stay inline (in every template mode): an Anthropic turn mixes them with text.
         case "tool_use":
-          return toolCall(block.name, JSON.stringify(block.input ?? {}));
+          return chatmlToolCall(typeof block.name === "string" ? block.name : "", JSON.stringify(block.input ?? {}));
         case "tool_result":
           return `<tool_response>\n${block.content === undefined ? "" : blocksText(block.content, where)}\n</tool_response>`;
         case "image":
@@ -232,19 +266,6 @@ function blocksText(value: unknown, where: string): string {
       }
     })
     .join("\n");
-}
-
-function toolCall(name: unknown, args: string): string {
-  return `<tool_call>\n{"name": ${JSON.stringify(typeof name === "string" ? name : "")}, "arguments": ${args}}\n</tool_call>`;
-}
-
-/** Tools go at the end of the first system message (one is created when there is none). */
-function withTools(messages: ChatMessage[], tools: unknown): ChatMessage[] {
-  if (!Array.isArray(tools) || tools.length === 0) return messages;
-  const block = `# Tools\n${tools.map((t) => JSON.stringify(t)).join("\n")}`;
-  const [first, ...rest] = messages;
-  if (first && first.role === "system") return [{ role: "system", content: `${first.content}\n\n${block}` }, ...rest];
-  return [{ role: "system", content: block }, ...messages];
 }
 
 function maxTokens(body: Record<string, unknown>, key: string): number | undefined {

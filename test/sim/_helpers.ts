@@ -4,7 +4,7 @@
  */
 import OpenAI from "openai";
 import type { SimState } from "../../src/sim/app.ts";
-import type { Sequence, SequenceResult } from "../../src/sim/engine.ts";
+import type { SequenceResult, SimSequence } from "../../src/sim/engine-api.ts";
 import { startSim, type SimServer, type StartSimOptions } from "../../src/sim/index.ts";
 
 const started = new Set<SimServer>();
@@ -45,7 +45,7 @@ export function nextEnd(server: SimServer, pred: (r: SequenceResult) => boolean 
 }
 
 /** Resolves with the next sequence submitted to `server`'s engine. */
-export function nextSubmit(server: SimServer): Promise<Sequence> {
+export function nextSubmit(server: SimServer): Promise<SimSequence> {
   return new Promise((resolve) => {
     const off = server.engine.onSubmit((seq) => {
       off();

@@ -22,7 +22,7 @@ describe("createSimApp (in-process)", () => {
     clock.advance(1);
     const health = await app.fetch(get("/health"));
     expect(health.status).toBe(200);
-    expect(await health.json()).toEqual({ status: "ok" });
+    expect(await health.text()).toBe(""); // vLLM's /health has no body
     expect(app.state().ready).toBe(true);
     app.close();
   });
@@ -52,11 +52,11 @@ describe("createSimApp (in-process)", () => {
     app.close();
   });
 
-  it("turns unknown routes and bad bodies into each API's error JSON", async () => {
+  it("answers unknown routes as vLLM's FastAPI does and bad bodies in each API's error JSON", async () => {
     const app = createSimApp({ profile: "tiny" }, quiet);
     const res = await app.fetch(get("/nope"));
     expect(res.status).toBe(404);
-    expect(await res.json()).toMatchObject({ error: { type: "NotFoundError", code: 404 } });
+    expect(await res.json()).toEqual({ detail: "Not Found" }); // FastAPI's, as vLLM answers
     const bad = await app.fetch(post("/v1/messages", { messages: [] }));
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });

@@ -42,6 +42,27 @@ describe("llmroute sim (process)", () => {
     expect(await proc.kill("SIGINT")).toBe(0);
   });
 
+  it("--engine ollama: the fragment checks /api/version and scrapes nothing, and the config loader accepts it", async () => {
+    const proc = spawnCli(["sim", "--replicas", "2", "--base-port", "0", "--profile", "tiny", "--engine", "ollama", "--template", "qwen3-reasoning"]);
+    await proc.waitFor(/sim gpu1 listening on/);
+    const ready = proc.lines.map((l) => l.match(READY)).filter((m) => m !== null);
+    await proc.waitFor(new RegExp(`^url = "${ready[1]![2]}"$`));
+    await proc.waitFor(/^health_path = "\/api\/version"$/);
+    const toml = proc.lines.filter((l) => !READY.test(l)).join("\n");
+    expect(toml).not.toContain("metrics");
+    const config = parseConfig(toml, "<sim>");
+    expect(config.replicas.map((r) => [r.name, r.health_path, r.metrics])).toEqual([
+      ["gpu0", "/api/version", undefined],
+      ["gpu1", "/api/version", undefined],
+    ]);
+    for (const m of ready) {
+      expect(await (await fetch(`${m[2]}/api/version`)).json()).toMatchObject({ version: expect.any(String) });
+      expect((await fetch(`${m[2]}/metrics`)).status).toBe(404);
+      expect(await (await fetch(`${m[2]}/sim/state`)).json()).toMatchObject({ engine: "ollama", template: "qwen3-reasoning" });
+    }
+    expect(await proc.kill("SIGINT")).toBe(0);
+  });
+
   it("answers /health with 503 during --startup-delay-ms", async () => {
     const proc = spawnCli(["sim", "--port", "0", "--profile", "tiny", "--startup-delay-ms", "600000"]);
     const [, , url] = await proc.waitFor(READY);
@@ -53,6 +74,9 @@ describe("llmroute sim (process)", () => {
     const bad = await runCli(["sim", "--port", "0", "--time-scale", "fast"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--time-scale");
+    const badEngine = await runCli(["sim", "--port", "0", "--engine", "tgi"]);
+    expect(badEngine.code).toBe(2);
+    expect(badEngine.stderr).toContain("--engine (tgi). Expected one of: vllm, vllm-details, sglang, llamacpp, ollama");
     const badProfile = await runCli(["sim", "--port", "0", "--kv-tokens", "100", "--max-model-len", "4096"]);
     expect(badProfile.code).toBe(2);
     expect(badProfile.stderr).toContain("max_model_len 4096 exceeds the KV pool");
@@ -61,7 +85,8 @@ describe("llmroute sim (process)", () => {
 
 describe("simOptionsFromArgs", () => {
   it.each<[Record<string, string | boolean>, Record<string, unknown>]>([
-    [{}, { options: { model: "sim-model", profile: "3090", prefixCache: true }, replicas: 1, port: 8001, basePort: undefined }],
+    [{}, { options: { model: "sim-model", profile: "3090", engine: "vllm-details", template: "chatml", prefixCache: true }, replicas: 1, port: 8001, basePort: undefined }],
+    [{ engine: "llamacpp", template: "deepseek-r1", "block-tokens": "1" }, { options: { engine: "llamacpp", template: "deepseek-r1", blockTokens: 1 } }],
     [{ "prefix-cache": false, "time-scale": "0.01", "kv-tokens": "2048" }, { options: { prefixCache: false, timeScale: 0.01, kvTokens: 2048 } }],
     [{ replicas: "3", "base-port": "9000" }, { replicas: 3, basePort: 9000 }],
     [{ "close-after-chunks": "0", "fail-next": "2", "stall-ms": "250" }, { options: { closeAfterChunks: 0, failNext: 2, stallMs: 250 } }],

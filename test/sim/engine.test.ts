@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from "bun:test";
 import { ManualClock } from "../../src/sim/clock.ts";
+import { ComputedRecord } from "../../src/sim/computed-record.ts";
 import { SimEngine, type Sequence, type SequenceResult } from "../../src/sim/engine.ts";
 import { resolveSimOptions, type SimOptions } from "../../src/sim/options.ts";
 
@@ -295,5 +296,73 @@ describe("SimEngine at extreme time scales", () => {
       [0, 1, 2].map((i) => run(clock, engine.submit({ prompt: text(500, `q${i}`), maxTokens: 4, finishReason: "length" }))),
     );
     expect(results.map((r) => r.completionTokens)).toEqual([4, 4, 4]);
+  });
+});
+
+describe("SimEngine prefix-stop introspection", () => {
+  const ask = async (clock: ManualClock, engine: SimEngine, prompt: string) => {
+    const seq = engine.submit({ prompt, maxTokens: 1, finishReason: "length" });
+    const r = await run(clock, seq);
+    return [r.cachedTokens, r.prefixStop];
+  };
+
+  it("full when every cacheable block hit, new when never computed, evicted when computed and dropped since, new again after a reset", async () => {
+    const { clock, engine } = setup(); // 64 blocks of 16 tokens
+    const a = text(400, "a");
+    expect(await ask(clock, engine, a)).toEqual([0, "new"]);
+    expect(await ask(clock, engine, a)).toEqual([384, "full"]);
+    // A shares its first 25 blocks with this one, then goes its own way.
+    expect(await ask(clock, engine, a + text(100, "b"))).toEqual([400, "new"]);
+    for (const tag of ["c", "d", "e"]) await ask(clock, engine, text(400, tag)); // 25 blocks each: A is pushed out
+    expect(engine.pool.evictions).toBeGreaterThan(0);
+    expect(await ask(clock, engine, a)).toEqual([0, "evicted"]);
+    expect(engine.stats).toMatchObject({ stop_full_total: 1, stop_evicted_total: 1, stop_new_total: 5 });
+    engine.reset();
+    expect(await ask(clock, engine, text(400, "e"))).toEqual([0, "new"]);
+    expect(engine.stats).toMatchObject({ stop_full_total: 0, stop_evicted_total: 0, stop_new_total: 1 });
+  });
+
+  it("a hit stopped by a block evicted in the middle of a prefix reports evicted, not new", async () => {
+    const { clock, engine } = setup({ kvTokens: 512 }); // 32 blocks
+    const shared = text(320, "shared"); // 20 blocks
+    await ask(clock, engine, shared + text(96, "x")); // 26 blocks
+    // 20 + 12 fresh blocks: the free queue gives up x's tail first, then the shared prefix's end.
+    await ask(clock, engine, text(200, "y"));
+    const [cached, stop] = await ask(clock, engine, shared + text(96, "x"));
+    expect(stop).toBe("evicted");
+    expect(cached).toBeLessThan(320);
+  });
+
+  it("onAdmit fires once, before the first token, with the final cached tokens and stop", async () => {
+    const { clock, engine } = setup();
+    await ask(clock, engine, text(200, "warm"));
+    const seen: [number, string | undefined, number][] = [];
+    const seq = engine.submit({
+      prompt: text(200, "warm"),
+      maxTokens: 3,
+      finishReason: "length",
+      listener: { onAdmit: (s) => seen.push([s.cachedTokens, s.prefixStop, s.generated]) },
+    });
+    await run(clock, seq);
+    expect(seen).toEqual([[192, "full", 0]]);
+  });
+
+  it("a reply's tokens come from SubmitInput.output when given", async () => {
+    const { clock, engine } = setup();
+    const r = await run(clock, engine.submit({ prompt: text(40), maxTokens: 3, finishReason: "length", output: (i) => `<t${i}>` }));
+    expect(r.text).toBe("<t0><t1><t2>");
+  });
+});
+
+describe("ComputedRecord", () => {
+  it("forgets the least recently computed hash beyond its capacity", () => {
+    const record = new ComputedRecord(2);
+    record.add(1n);
+    record.add(2n);
+    record.add(1n); // touched again: 2 is now the oldest
+    record.add(3n);
+    expect([record.has(1n), record.has(2n), record.has(3n), record.size]).toEqual([true, false, true, 2]);
+    expect(ComputedRecord.forPool(10).capacity).toBe(65_536);
+    expect(ComputedRecord.forPool(10_000).capacity).toBe(160_000);
   });
 });

@@ -26,6 +26,18 @@ it("the sim's /metrics, after streamed and plain requests, breaks no exposition 
   expect(text).toMatch(/^vllm:time_to_first_token_seconds_count\{[^}]*\} 2\.0$/m);
 });
 
+it.each([
+  ["vllm", []],
+  ["sglang", []],
+  // llama.cpp's own to_metrics types n_tokens_max as a counter without the suffix; the sim keeps it
+  ["llamacpp", ['llamacpp:n_tokens_max: counter metrics should have "_total" suffix']],
+] as const)("--engine %s: /metrics after traffic breaks no rule the engine itself does not break", async (engine, expected) => {
+  const s = await sim({ profile: "tiny", engine, name: `x-${engine}` });
+  const client = openai(s);
+  await client.chat.completions.create({ model: s.app.model, messages: [{ role: "user", content: "hello ".repeat(200) }], max_tokens: 3 });
+  expect(checkExposition(await scrape(s))).toEqual([...expected]);
+});
+
 describe("the checker catches what promtool rejects", () => {
   const HELP = (name: string, type: string) => `# HELP ${name} h\n# TYPE ${name} ${type}\n`;
   it.each([

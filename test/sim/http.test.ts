@@ -44,6 +44,22 @@ describe("prefix cache over HTTP", () => {
     expect(await ask(docs[0]!)).toBe(0); // the oldest is gone
   });
 
+  it.each([
+    [400, 1_000, 800], // hybrid attention/Mamba block sizes: only the two full blocks are reused
+    [1_568, 3_500, 3_136],
+    [1, 1_000, 999], // token-granular (SGLang's page_size 1): all but the last token
+  ])("--block-tokens %i: a repeated %i-token prompt reuses %i tokens (full blocks only, the last token recomputed)", async (blockTokens, tokens, cached) => {
+    const s = await sim({ profile: "tiny", blockTokens, kvTokens: 8_192 });
+    const client = openai(s);
+    const prompt = words(tokens, `blocks-${blockTokens}`);
+    await client.completions.create({ model: "sim-model", prompt, max_tokens: 1 });
+    const { data, response } = await client.completions.create({ model: "sim-model", prompt, max_tokens: 1 }).withResponse();
+    expect(data.usage!.prompt_tokens_details!.cached_tokens).toBe(cached);
+    expect(response.headers.get("x-sim-prefix")).toBe(`cached=${cached}; stop=full`);
+    expect(metric(await scrape(s), "vllm:cache_config_info")).toBe(1);
+    expect(await scrape(s)).toContain(`block_size="${blockTokens}"`);
+  });
+
   it("with --no-prefix-cache nothing is reused", async () => {
     const s = await sim({ ...SMALL, prefixCache: false });
     const client = openai(s);
@@ -186,7 +202,7 @@ describe("API shapes", () => {
     const client = openai(s);
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toEqual(["qwen-sim"]);
-    expect(models.data[0]).toMatchObject({ object: "model", owned_by: "llmroute-sim", root: "qwen-sim", max_model_len: 4096 });
+    expect(models.data[0]).toMatchObject({ object: "model", owned_by: "vllm", root: "qwen-sim", max_model_len: 4096 });
 
     const post = (path: string, body: unknown) => fetch(`${s.url}${path}`, { method: "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
     expect(await (await post("/tokenize", { model: "qwen-sim", prompt: "abcdefgh" })).json()).toMatchObject({ count: 2, max_model_len: 4096 });

@@ -85,14 +85,14 @@ describe("rendering", () => {
     expect(parseRequest("/v1/chat/completions", { messages: [{ role: "user", content: "x" }] }).maxTokens).toBeUndefined();
   });
 
-  it("reads stream, include_usage and cache_salt", () => {
+  it("reads stream, stream_options and cache_salt", () => {
     const p = parseRequest("/v1/chat/completions", {
       messages: [{ role: "user", content: "x" }],
       stream: true,
       stream_options: { include_usage: true },
       cache_salt: "t1",
     });
-    expect(p).toMatchObject({ stream: true, includeUsage: true, salt: "t1" });
+    expect(p).toMatchObject({ stream: true, streamOptions: { include_usage: true }, salt: "t1" });
   });
 });
 

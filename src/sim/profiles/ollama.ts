@@ -1,0 +1,189 @@
+/**
+ * Ollama's OpenAI-compatible layer (ollama/ollama at fb30760, 2026-08-21, fetched here).
+ *
+ * - usage: openai/openai.go `Usage{prompt_tokens, completion_tokens, total_tokens}` — no
+ *   cached-token field at all (`ToUsage`, `ToUsageGenerate`).
+ * - chat streams: middleware/openai.go `ChatWriter.writeResponse`: content chunks
+ *   (`openai.ToStreamChunks`: the role rides on the first content chunk, no `usage` key), a
+ *   finish chunk with an empty delta (`openai.FinishChunk`), then — only with
+ *   `stream_options.include_usage` (default false, `StreamOptions.IncludeUsage`) — the finish
+ *   chunk again with `choices: []` and the usage, then `[DONE]`. Every chunk has
+ *   `system_fingerprint: "fp_ollama"`. Ids are `chatcmpl-<0..998>` / `cmpl-<0..998>`.
+ * - completions streams: `CompleteWriter.writeResponse`: with include_usage every chunk carries
+ *   a zero usage object, and the usage chunk follows the finishing one.
+ * - Responses: openai/responses.go `ToResponse` / `ResponsesStreamConverter`: usage
+ *   `input_tokens_details.cached_tokens` is hard-coded 0 ("TODO: wire through the actual
+ *   values"); `previous_response_id` is ignored and answered as null; `store: false`.
+ * - reasoning: `Message.Reasoning` / `Delta.Reasoning`, JSON `reasoning`.
+ * - model names: server/routes.go `ChatHandler`: an unknown model is 404 "model 'x' not found"
+ *   (a name without a tag means `:latest`); none at all is 400 "model is required". The
+ *   response names the model as requested.
+ * - errors: openai.go `NewError`: `{error: {message, type, param: null, code: null}}`.
+ * - no /metrics and no /health: routes.go `GenerateRoutes` has `GET /` ("Ollama is running"),
+ *   `/api/version`, `/api/tags`, `/api/ps` (with each loaded model's `context_length`);
+ *   anything else is gin's plain-text "404 page not found".
+ * - a prompt longer than the context is truncated by Ollama (chat history trimmed to
+ *   num_ctx); the sim refuses it with a 400 instead (it does not model truncation).
+ */
+import { ApiError } from "../_api-error.ts";
+import { anthropicBody, anthropicStream, responseObject, responsesStream, splitOutput, sseData, SSE_DONE, type FormatContext, type StreamFormat } from "../_formats.ts";
+import type { SequenceResult } from "../engine-api.ts";
+import { isRecord } from "../template.ts";
+import type { EngineProfile } from "./types.ts";
+
+export const OLLAMA_VERSION = "0.33.0";
+const FINGERPRINT = "fp_ollama";
+
+type U = Pick<SequenceResult, "promptTokens" | "completionTokens" | "cachedTokens">;
+const usage = (r: U) => ({ prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens });
+
+/** responses.go ToResponse: cached_tokens hard-coded 0. */
+const responsesUsage = (r: U) => ({
+  input_tokens: r.promptTokens,
+  output_tokens: r.completionTokens,
+  total_tokens: r.promptTokens + r.completionTokens,
+  input_tokens_details: { cached_tokens: 0 },
+  output_tokens_details: { reasoning_tokens: 0 },
+});
+
+function jsonBody(ctx: FormatContext, r: SequenceResult): unknown {
+  switch (ctx.endpoint) {
+    case "/v1/chat/completions": {
+      const { content, reasoning } = splitOutput(ctx, r.text);
+      return {
+        id: ctx.id,
+        object: "chat.completion",
+        created: ctx.created,
+        model: ctx.model,
+        system_fingerprint: FINGERPRINT,
+        choices: [{ index: 0, message: { role: "assistant", content, ...(reasoning ? { reasoning } : {}) }, finish_reason: r.reason }],
+        usage: usage(r),
+      };
+    }
+    case "/v1/completions":
+      return {
+        id: ctx.id,
+        object: "text_completion",
+        created: ctx.created,
+        model: ctx.model,
+        system_fingerprint: FINGERPRINT,
+        choices: [{ text: r.text, index: 0, finish_reason: r.reason }],
+        usage: usage(r),
+      };
+    case "/v1/messages":
+      return anthropicBody(ctx, r);
+    case "/v1/responses":
+      return responseObject(ctx, r, responsesUsage);
+  }
+}
+
+function streamFormat(ctx: FormatContext): StreamFormat {
+  switch (ctx.endpoint) {
+    case "/v1/chat/completions": {
+      const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+        sseData({ id: ctx.id, object: "chat.completion.chunk", created: ctx.created, model: ctx.model, system_fingerprint: FINGERPRINT, choices, ...extra });
+      let first = true;
+      return {
+        start: () => [],
+        delta: (p) => {
+          if (!p.content && !p.reasoning) return [];
+          const delta = { ...(first ? { role: "assistant" } : {}), ...(p.content ? { content: p.content } : {}), ...(p.reasoning ? { reasoning: p.reasoning } : {}) };
+          first = false;
+          return [chunk([{ index: 0, delta, finish_reason: null }])];
+        },
+        end: (r) => [
+          chunk([{ index: 0, delta: {}, finish_reason: r.reason }]),
+          ...(ctx.includeUsage ? [chunk([], { usage: usage(r) })] : []),
+          SSE_DONE,
+        ],
+      };
+    }
+    case "/v1/completions": {
+      // Key order of CompletionChunk: id, object, created, choices, model, system_fingerprint, usage.
+      const chunk = (choices: unknown[], u: unknown) =>
+        sseData({ id: ctx.id, object: "text_completion", created: ctx.created, choices, model: ctx.model, system_fingerprint: FINGERPRINT, ...(u === undefined ? {} : { usage: u }) });
+      const zero = ctx.includeUsage ? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } : undefined;
+      return {
+        start: () => [],
+        delta: (p) => [chunk([{ text: p.content, index: 0, finish_reason: null }], zero)],
+        end: (r) => [
+          chunk([{ text: "", index: 0, finish_reason: r.reason }], zero),
+          ...(ctx.includeUsage ? [chunk([], usage(r))] : []),
+          SSE_DONE,
+        ],
+      };
+    }
+    case "/v1/messages":
+      return anthropicStream(ctx);
+    case "/v1/responses":
+      return responsesStream(ctx, responsesUsage);
+  }
+}
+
+const withoutLatest = (name: string) => (name.endsWith(":latest") ? name.slice(0, -":latest".length) : name);
+
+export const ollamaProfile: EngineProfile = {
+  name: "ollama",
+  family: "ollama",
+  responsesState: "ignored",
+  reasoningField: "reasoning",
+  resolveModel(requested, served) {
+    if (requested === undefined || requested === "") throw new ApiError(400, "model is required");
+    if (withoutLatest(requested) !== withoutLatest(served)) throw new ApiError(404, `model '${requested}' not found`);
+    return requested;
+  },
+  streamUsage: (so) => isRecord(so) && so.include_usage === true,
+  contextError(promptTokens, maxTokens, limit) {
+    if (promptTokens >= limit || (maxTokens !== undefined && promptTokens + maxTokens > limit)) {
+      return new ApiError(400, `the sim does not truncate: prompt of ${promptTokens} tokens${maxTokens === undefined ? "" : ` + ${maxTokens}`} exceeds the context (${limit} tokens)`);
+    }
+    return undefined;
+  },
+  notFound: (headers) => ollamaNotFound(headers),
+  errorResponse(e, headers) {
+    const type = e.status === 400 ? "invalid_request_error" : e.status === 404 ? "not_found_error" : "api_error";
+    return Response.json({ error: { message: e.message, type, param: null, code: null } }, { status: e.status, headers });
+  },
+  jsonBody,
+  streamFormat,
+  route(method, path, replica, headers) {
+    if (method !== "GET" && method !== "HEAD") return undefined;
+    if (path === "/") return new Response(method === "HEAD" ? null : "Ollama is running", { headers: { ...headers, "content-type": "text/plain; charset=utf-8" } });
+    if (path === "/api/version") return Response.json({ version: OLLAMA_VERSION }, { headers });
+    const name = replica.model.includes(":") ? replica.model : `${replica.model}:latest`;
+    const details = { parent_model: "", format: "gguf", family: "qwen2", families: ["qwen2"], parameter_size: "7.6B", quantization_level: "Q4_K_M" };
+    const startedAt = new Date(replica.startedAtUnixMs).toISOString();
+    if (path === "/api/tags") {
+      return Response.json({ models: [{ name, model: name, modified_at: startedAt, size: 4_683_087_332, digest: "sim", details }] }, { headers });
+    }
+    if (path === "/api/ps") {
+      return Response.json(
+        {
+          models: [
+            {
+              name,
+              model: name,
+              size: 4_683_087_332,
+              digest: "sim",
+              details,
+              expires_at: new Date(Date.now() + 5 * 60_000).toISOString(),
+              size_vram: 4_683_087_332,
+              context_length: replica.contextLimit,
+            },
+          ],
+        },
+        { headers },
+      );
+    }
+    if (method === "GET" && path === "/v1/models") {
+      // openai.go ToListCompletion: owned_by is the name's namespace ("library" by default).
+      return Response.json({ object: "list", data: [{ id: name, object: "model", created: Math.floor(replica.startedAtUnixMs / 1000), owned_by: "library" }] }, { headers });
+    }
+    return undefined;
+  },
+};
+
+/** gin's default 404 for a route Ollama does not have (/health, /metrics, …). */
+export function ollamaNotFound(headers: Record<string, string>): Response {
+  return new Response("404 page not found", { status: 404, headers: { ...headers, "content-type": "text/plain" } });
+}

@@ -1,0 +1,123 @@
+/**
+ * The real llama-server referees the sim's llamacpp profile (DESIGN decision 11): the same
+ * requests to both, and the shapes a client or a router reads must agree — body and chunk
+ * keys in order, where usage and timings ride with include_usage on and off, the /v1/models,
+ * /props and /slots shapes, the /metrics names, the restart header, the overflow error.
+ * Output text is random on the tiny model, so only shapes are compared.
+ *
+ * Needs the prebuilt server and model (/work/shared/engines, see its README; override with
+ * LLMROUTE_LLAMA_SERVER and LLMROUTE_LLAMA_MODEL). Missing, the test fails and says so.
+ */
+import { afterAll, describe, expect, it } from "bun:test";
+import { startSim, type SimServer } from "../../src/sim/index.ts";
+import { until } from "../helpers/fleet.ts";
+import { killAll } from "../helpers/proc.ts";
+import { requireCommand } from "./_require.ts";
+
+const SERVER = process.env.LLMROUTE_LLAMA_SERVER ?? "/work/shared/engines/llama-server";
+const MODEL = process.env.LLMROUTE_LLAMA_MODEL ?? "/work/shared/engines/tiny-qwen2tok-L4-E256.gguf";
+
+let real: { url: string; proc: ReturnType<typeof Bun.spawn> } | undefined;
+let sim: SimServer | undefined;
+
+afterAll(async () => {
+  real?.proc.kill();
+  await real?.proc.exited;
+  await sim?.stop();
+  await killAll();
+});
+
+async function freePort(): Promise<number> {
+  const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+  const port = probe.port!;
+  await probe.stop(true);
+  return port;
+}
+
+async function startReal(): Promise<{ url: string; proc: ReturnType<typeof Bun.spawn> }> {
+  const bin = requireCommand(SERVER, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_SERVER)");
+  requireCommand(MODEL, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_MODEL)");
+  const port = await freePort();
+  const proc = Bun.spawn([bin, "-m", MODEL, "--host", "127.0.0.1", "--port", String(port), "-t", "1", "-c", "8192", "--parallel", "2", "--metrics", "--slots", "--no-webui", "-a", "sim-model"], {
+    stdout: "ignore",
+    stderr: "ignore",
+  });
+  const url = `http://127.0.0.1:${port}`;
+  // Ready when its /health says so (503 "Loading model" until then).
+  await until(async () => {
+    if (proc.exitCode !== null) throw new Error(`llama-server exited with ${proc.exitCode}`);
+    return fetch(`${url}/health`).then((r) => r.status === 200, () => false);
+  }, "llama-server's /health", 60_000);
+  return { url, proc };
+}
+
+type Json = Record<string, any>;
+
+const post = (url: string, path: string, body: unknown) => fetch(`${url}${path}`, { method: "POST", body: JSON.stringify(body) });
+
+async function chunks(res: Response): Promise<Json[]> {
+  return (await res.text())
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: {"))
+    .map((e) => JSON.parse(e.slice(6)));
+}
+
+/** Key paths of a JSON value, in order (values dropped: the text is random). */
+function shape(value: unknown): unknown {
+  if (Array.isArray(value)) return value.length === 0 ? [] : [shape(value[0])];
+  if (value && typeof value === "object") return Object.entries(value).map(([k, v]) => [k, shape(v)]);
+  return value === null ? null : typeof value;
+}
+
+describe("the llamacpp profile against a real llama-server", () => {
+  it("agrees on bodies, chunks, capacity endpoints, metrics and the restart header", async () => {
+    [real, sim] = await Promise.all([startReal(), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192 })]);
+    const urls = [real.url, sim.url] as const;
+    const both = async <T>(f: (url: string) => Promise<T>): Promise<[T, T]> => [await f(urls[0]), await f(urls[1])];
+    const chat = { messages: [{ role: "user", content: "hello there" }], max_tokens: 3 };
+
+    const [rb, sb] = await both(async (u) => (await post(u, "/v1/chat/completions", chat)).json() as Promise<Json>);
+    expect(shape(sb)).toEqual(shape(rb));
+
+    for (const extra of [{}, { stream_options: { include_usage: true } }]) {
+      const [rc, sc] = await both(async (u) => chunks(await post(u, "/v1/chat/completions", { ...chat, stream: true, ...extra })));
+      // first chunk (role), a token chunk, and the last two: the same keys in the same order
+      for (const pick of [(c: Json[]) => c[0], (c: Json[]) => c[1], (c: Json[]) => c.at(-2), (c: Json[]) => c.at(-1)]) {
+        expect(shape(pick(sc))).toEqual(shape(pick(rc)));
+      }
+    }
+    const [rcomp, scomp] = await both(async (u) => chunks(await post(u, "/v1/completions", { prompt: "once upon a time there", max_tokens: 2, stream: true })));
+    expect(shape(scomp.at(-1))).toEqual(shape(rcomp.at(-1)));
+
+    const [rm, sm] = await both(async (u) => (await fetch(`${u}/v1/models`)).json() as Promise<Json>);
+    expect(Object.keys(sm)).toEqual(Object.keys(rm));
+    expect(Object.keys(sm.data[0])).toEqual(Object.keys(rm.data[0]));
+    expect(Object.keys(sm.data[0].meta)).toEqual(Object.keys(rm.data[0].meta));
+    expect(sm.data[0].owned_by).toBe(rm.data[0].owned_by);
+
+    const [rp, sp] = await both(async (u) => (await fetch(`${u}/props`)).json() as Promise<Json>);
+    for (const p of [rp, sp]) expect(p).toMatchObject({ total_slots: expect.any(Number), default_generation_settings: { n_ctx: expect.any(Number) } });
+    const [rs, ss] = await both(async (u) => (await fetch(`${u}/slots`)).json() as Promise<Json[]>);
+    for (const key of ["id", "n_ctx", "is_processing"]) {
+      expect(rs[0]).toHaveProperty(key);
+      expect(ss[0]).toHaveProperty(key);
+    }
+
+    const [rx, sx] = await both(async (u) => {
+      const res = await fetch(`${u}/metrics`);
+      const names = (await res.text()).split("\n").filter((l) => l.startsWith("# TYPE ")).map((l) => l.split(" ").slice(2).join(" "));
+      return { names, start: res.headers.get("process-start-time-unix") };
+    });
+    expect(sx.names).toEqual(rx.names);
+    for (const x of [rx, sx]) expect(x.start).toMatch(/^\d+$/);
+
+    const long = { messages: [{ role: "user", content: Array.from({ length: 9000 }, (_, i) => `w${i}`).join(" ") }], max_tokens: 2 };
+    const [ro, so] = await both(async (u) => {
+      const res = await post(u, "/v1/chat/completions", long);
+      return { status: res.status, body: (await res.json()) as Json };
+    });
+    expect(so.status).toBe(ro.status);
+    expect(Object.keys(so.body.error)).toEqual(Object.keys(ro.body.error));
+    expect(so.body.error.type).toBe(ro.body.error.type);
+  }, 120_000);
+});
