@@ -24,6 +24,9 @@ export const OLLAMA: EngineProfile = {
   // openai/openai.go: the usage chunk only with stream_options.include_usage.
   stream: { usageUnasked: () => false },
   anyModelName: false,
+  // types/model/name.go: a name without a tag means ":latest" (ParseName fills the default
+  // tag), and /v1/models lists the tagged name, "qwen3:latest".
+  sameModel: (requested, listed) => requested === listed || `${requested}:latest` === listed,
   // The runner reuses a slot's inputs up to the longest common prefix (runner/ollamarunner/cache.go).
   blockTokens: 1,
   // server/routes.go: GET /api/version → {"version": "…"}.

@@ -100,6 +100,8 @@ export interface EngineProfile {
   stream: StreamRules;
   /** A single-model server that answers any `model` value (llama.cpp). */
   anyModelName: boolean;
+  /** Does a request naming `requested` reach the model the engine lists as `listed`? (Default: the same name.) */
+  sameModel?(requested: string, listed: string): boolean;
   /** Tokens per cached block when the engine does not publish it. */
   blockTokens: number;
   /** The flag that turns /metrics on, when it is off by default. */

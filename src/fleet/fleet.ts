@@ -145,7 +145,8 @@ export class Replica {
   serves(model: string): boolean {
     if (this.config.models.length > 0) return this.config.models.includes(model);
     if (!this.discovered) return true;
-    return this.cards.some((c) => c.id === model);
+    const same = this.profile?.sameModel;
+    return this.cards.some((c) => c.id === model || (same !== undefined && same(model, c.id)));
   }
 
   /** The engine's family profile, once known. */

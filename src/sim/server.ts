@@ -98,7 +98,7 @@ export function routerTomlSnippet(servers: readonly SimServer[]): string {
         `url = "${s.url}"`,
         `kv_tokens = ${s.app.options.kvTokens}`,
         `models = ["${s.app.options.model}"]`,
-        ...(ollama ? [`health_path = "/api/version"`] : [`metrics = "/metrics"`]),
+        ...(ollama ? [`health_path = "/api/version"`, `metrics = false`] : [`metrics = "/metrics"`]),
       ].join("\n");
     })
     .join("\n\n");

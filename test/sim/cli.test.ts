@@ -47,13 +47,12 @@ describe("llmroute sim (process)", () => {
     await proc.waitFor(/sim gpu1 listening on/);
     const ready = proc.lines.map((l) => l.match(READY)).filter((m) => m !== null);
     await proc.waitFor(new RegExp(`^url = "${ready[1]![2]}"$`));
-    await proc.waitFor(/^health_path = "\/api\/version"$/);
+    await proc.waitFor(/^metrics = false$/);
     const toml = proc.lines.filter((l) => !READY.test(l)).join("\n");
-    expect(toml).not.toContain("metrics");
     const config = parseConfig(toml, "<sim>");
     expect(config.replicas.map((r) => [r.name, r.health_path, r.metrics])).toEqual([
-      ["gpu0", "/api/version", undefined],
-      ["gpu1", "/api/version", undefined],
+      ["gpu0", "/api/version", false],
+      ["gpu1", "/api/version", false],
     ]);
     for (const m of ready) {
       expect(await (await fetch(`${m[2]}/api/version`)).json()).toMatchObject({ version: expect.any(String) });
