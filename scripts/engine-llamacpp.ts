@@ -398,7 +398,7 @@ async function main(argv: string[]): Promise<number> {
         const work = join(location.cacheDir, "work");
         mkdirSync(work, { recursive: true });
         const src = await fetchSource(work);
-        // The model first: seconds, and it needs the source tree the build may outlive.
+        // The model first: it takes seconds, so a build that fails later still leaves it made.
         if (needModel) {
           await makeModel(src, location.model.path, manifest);
           writeManifest(location.cacheDir, manifest);
