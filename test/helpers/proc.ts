@@ -1,6 +1,7 @@
 /**
- * Real processes for integration tests: spawn `bun src/cli.ts …`, wait for a line that
- * says it is ready (an event, not a sleep), capture its output, and kill it afterwards.
+ * Real processes for integration tests: spawn `bun src/cli.ts …` (or any program, such as
+ * a real engine), wait for a line that says it is ready (an event, not a sleep), capture
+ * its output, and kill it afterwards.
  */
 import type { Subprocess } from "bun";
 
@@ -20,8 +21,36 @@ export interface Proc {
 
 const running = new Set<Proc>();
 
+// A run stopped early, or a file that never reached its afterAll, must not leave
+// processes behind (a real engine keeps a core busy): kill what is left as the runner
+// exits, and when it is killed (the signal is then raised again, so it still ends as killed).
+const killRunning = () => {
+  for (const p of running) p.proc.kill("SIGKILL");
+};
+process.on("exit", killRunning);
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.once(signal, () => {
+    killRunning();
+    process.kill(process.pid, signal);
+  });
+}
+
 export function spawnCli(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): Proc {
-  const proc = Bun.spawn([...CLI, ...args], {
+  return spawnProcess([...CLI, ...args], { ...options, label: `llmroute ${args.join(" ")}`, tag: args[0] ?? "llmroute" });
+}
+
+/**
+ * Spawn `command` with the same line capture, waiting and killing as the CLI gets.
+ * `label` names it in timeout and early-exit errors; `tag` prefixes its lines under
+ * LLMROUTE_TEST_VERBOSE.
+ */
+export function spawnProcess(
+  command: string[],
+  options: { env?: Record<string, string>; cwd?: string; label?: string; tag?: string } = {},
+): Proc {
+  const label = options.label ?? command.join(" ");
+  const tag = options.tag ?? command[0];
+  const proc = Bun.spawn(command, {
     cwd: options.cwd ?? ROOT,
     env: { ...process.env, NO_COLOR: "1", ...options.env },
     stdin: "ignore",
@@ -33,7 +62,7 @@ export function spawnCli(args: string[], options: { env?: Record<string, string>
   const onLine = (line: string) => {
     const clean = line.replace(/\x1b\[[0-9;]*m/g, "");
     lines.push(clean);
-    if (process.env.LLMROUTE_TEST_VERBOSE) console.error(`[${args[0]}] ${clean}`);
+    if (process.env.LLMROUTE_TEST_VERBOSE) console.error(`[${tag}] ${clean}`);
     for (const w of waiters) {
       const m = clean.match(w.pattern);
       if (m) {
@@ -77,11 +106,11 @@ export function spawnCli(args: string[], options: { env?: Record<string, string>
         waiters.add(waiter);
         const output = () => `; output:\n${lines.join("\n")}`;
         const timer = setTimeout(
-          () => settle(() => reject(new Error(`timed out waiting for ${pattern} from \`llmroute ${args.join(" ")}\`${output()}`))),
+          () => settle(() => reject(new Error(`timed out waiting for ${pattern} from \`${label}\`${output()}`))),
           timeoutMs,
         );
         exited.then((code) => {
-          if (waiters.has(waiter)) settle(() => reject(new Error(`\`llmroute ${args.join(" ")}\` exited with ${code} before printing ${pattern}${output()}`)));
+          if (waiters.has(waiter)) settle(() => reject(new Error(`\`${label}\` exited with ${code} before printing ${pattern}${output()}`)));
         });
       });
     },
