@@ -362,8 +362,9 @@ export class Router {
     if (!truth.reported && truth.unexplained >= DISTRUST_AFTER) truth.distrusted = true;
     if (!truth.distrusted) {
       // What survived plus everything used since fit; the whole prefix did not. (An engine
-      // that never delivered a hit says nothing about its KV.)
-      if (!since.capped && truth.reported) {
+      // that never delivered a hit says nothing about its KV — unless it keeps one prompt
+      // per slot and more conversations than slots came between: that is its wall.)
+      if (!since.capped && (truth.reported || (estimate.slots !== undefined && pressure))) {
         this.proveAtLeast(truth, sinceTokens + cachedTokens);
         this.proveBelow(truth, sinceTokens + predicted, committedAt);
       }

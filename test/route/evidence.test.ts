@@ -122,6 +122,9 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
       }
     }
     expect(r.truthOf("gpu0")).toMatchObject({ misses: 16, unexplained: 0, distrusted: false });
+    // and what the slots hold is bounded: less than four conversations' worth
+    const upper = r.truthOf("gpu0").capacity.upperTokens!;
+    expect(upper).toBeLessThan((4 * chainChars(conversation("a", 4).chains[0]!)) / 4);
   });
 
   it("a prefix a running request holds is not settled: another slot has its own KV", () => {

@@ -1,0 +1,360 @@
+/**
+ * The router in front of a real engine: two llama.cpp `llama-server` replicas (one thread
+ * each, 2 slots of 32,768 tokens), started by the tests from the engine
+ * `npm run engine:llamacpp` builds, with llmroute in process between them and the official
+ * `openai` client. What llama.cpp really does decides here, not the simulator:
+ *
+ * - the engine is recognised and read as llama.cpp (counters, slots, restart header, prefill rate);
+ * - an agent loop pins, and the engine reports the hits; a shared-document workload hits
+ *   near its ceiling; the router's delivered count matches the engine's own counter;
+ * - a client gets exactly the bytes the engine sent (nothing added, nothing stripped);
+ * - slots that thrash (--cache-ram 0) are said to be the capacity wall, never "cache off",
+ *   and a RAM prompt cache that restores is never contradicted by a capacity warning;
+ * - a replica killed and restarted mid-traffic costs no client error before the first byte.
+ *
+ * Random weights make the text nonsense: nothing here reads it. Sizes are small (a few
+ * thousand tokens) so the file fits CI on two cores; timeouts are sized for a loaded box.
+ */
+import { afterAll, describe, expect, it } from "bun:test";
+import OpenAI from "openai";
+import { parseConfig } from "../../src/config.ts";
+import { parsePrometheus } from "../../src/engines/metrics.ts";
+import { memoryLog } from "../../src/log.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
+import { startRouter, type RouterServer } from "../../src/proxy/server.ts";
+import { killAll, runCli } from "../helpers/proc.ts";
+import { startRecorder, type Recorder } from "../helpers/recorder.ts";
+import { startLlamaReplica, startLlamaReplicas } from "./_llamacpp.ts";
+
+const TIMEOUT = 600_000;
+
+const routers: RouterServer[] = [];
+const recorders: Recorder[] = [];
+afterAll(async () => {
+  await Promise.all(routers.map((r) => r.stop()));
+  await Promise.all(recorders.map((r) => r.stop()));
+  await killAll();
+});
+
+/** llmroute in process in front of `replicas` (no kv_tokens: the router asks the engines). */
+async function router(replicas: { name: string; url: string }[], toml = ""): Promise<RouterServer & { log: ReturnType<typeof memoryLog> }> {
+  const text = `${toml}\n[server]\nlisten = "127.0.0.1:0"\n${replicas.map((r) => `[[replica]]\nname = "${r.name}"\nurl = "${r.url}"\n`).join("")}`;
+  const log = memoryLog();
+  const server = await startRouter(parseConfig(text, "<llamacpp system test>", { env: {} }), { log });
+  routers.push(server);
+  return Object.assign(server, { log });
+}
+
+const clientOf = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0, timeout: TIMEOUT });
+const status = async (url: string) => (await (await fetch(`${url}/status`)).json()) as StatusDocument;
+async function engineMetric(url: string, name: string): Promise<number> {
+  const samples = parsePrometheus(await (await fetch(`${url}/metrics`)).text()).get(name);
+  return samples?.[0]?.value ?? 0;
+}
+
+/** `n` lines of text no other request sends: about 20 tokens a line with Qwen2's tokenizer. */
+const lines = (label: string, n: number) =>
+  Array.from({ length: n }, (_, i) => `${label} line ${i}: replica ${i % 7} holds ${i * 13} tokens of ${label}.`).join("\n");
+
+type Message = OpenAI.ChatCompletionMessageParam;
+
+describe("what the router reads from llama.cpp", () => {
+  it(
+    "recognised as llama.cpp from its own endpoints: version, slots × per-slot context, counters; and any model name is served",
+    async () => {
+      const [a] = await startLlamaReplicas(1, { prefix: "read" });
+      const r = await router([{ name: "a", url: a!.url }]);
+      const s = await status(r.url);
+      const facts = s.replicas[0]!.facts as Record<string, any>;
+      expect(facts.family).toBe("llamacpp");
+      expect(facts.version).toMatch(/^b\d+-[0-9a-f]{7}/);
+      expect(facts.capacity).toMatchObject({ kvTokens: 65536, slots: 2, source: "/props" });
+      expect(facts.cache_counters).toBe(true);
+      // llama-server answers any model name: so does the router in front of it.
+      const answer = await clientOf(r.url).chat.completions.create({ model: "a-name-the-engine-never-heard", messages: [{ role: "user", content: "hello" }], max_tokens: 2 });
+      expect(answer.model).toBe("tiny");
+      // llamacpp:n_tokens_max is the largest sequence seen, never taken for a capacity
+      expect(s.replicas[0]!.kv.published).toEqual({ tokens: 65536, from: "/props" });
+    },
+    TIMEOUT,
+  );
+});
+
+describe("an agent loop through the router", () => {
+  it(
+    "4 conversations × 6 turns to ~6k tokens: every warm turn on its owner, the engine delivers ≥ 90 % of the previous prompt, and the router's delivered count is the engine's",
+    async () => {
+      const replicas = await startLlamaReplicas(2, { prefix: "agent" });
+      const r = await router(replicas.map((x, i) => ({ name: `gpu${i}`, url: x.url })));
+      const client = clientOf(r.url);
+      const before = await Promise.all(replicas.map((x) => engineMetric(x.url, "llamacpp:prompt_tokens_cached_total")));
+      const converse = async (c: number) => {
+        const messages: Message[] = [{ role: "system", content: lines(`agent ${c} ${crypto.randomUUID()}`, 50) }];
+        const turns: { replica: string; route: string; prompt: number; cached: number }[] = [];
+        for (let t = 0; t < 6; t++) {
+          messages.push({ role: "user", content: lines(`tool result ${c}.${t}`, 40) });
+          const { data, response } = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 4, temperature: 0 }).withResponse();
+          turns.push({
+            replica: response.headers.get("x-llmroute-replica")!,
+            route: response.headers.get("x-llmroute-route")!,
+            prompt: data.usage!.prompt_tokens,
+            cached: data.usage!.prompt_tokens_details?.cached_tokens ?? 0,
+          });
+          messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" });
+        }
+        return turns;
+      };
+      // Two conversations per replica at a time: no more than the 2 slots each has.
+      const conversations = await Promise.all([0, 1, 2, 3].map(converse));
+      for (const turns of conversations) {
+        expect(turns.at(-1)!.prompt).toBeGreaterThan(4_500);
+        for (let t = 1; t < turns.length; t++) {
+          expect({ turn: t, replica: turns[t]!.replica, route: turns[t]!.route }).toEqual({ turn: t, replica: turns[t - 1]!.replica, route: "pin" });
+          expect(turns[t]!.cached).toBeGreaterThanOrEqual(0.9 * turns[t - 1]!.prompt);
+        }
+      }
+      // Requests went only through the router: its delivered count per replica is the engine's counter.
+      const metrics = parsePrometheus(await (await fetch(`${r.url}/metrics`)).text()).get("llmroute_cached_tokens_total") ?? [];
+      for (const [i, x] of replicas.entries()) {
+        const engine = (await engineMetric(x.url, "llamacpp:prompt_tokens_cached_total")) - before[i]!;
+        const routed = metrics.find((m) => m.labels.replica === `gpu${i}`)?.value ?? 0;
+        expect(Math.abs(routed - engine)).toBeLessThanOrEqual(0.01 * engine);
+      }
+      // No false verdicts: nothing read as an eviction or a cache that is off.
+      const s = await status(r.url);
+      for (const rep of s.replicas) expect(rep.hit.predictions.miss).toBe(0);
+      expect(s.warnings).toEqual([]);
+      // The prefill rate is the engine's own (llamacpp:prompt_tokens_total / prompt_seconds_total), not the 4,000 guess.
+      await Promise.all(r.fleet.replicas.map((x) => r.fleet.scrape(x)));
+      for (const [i, x] of replicas.entries()) {
+        const rate = (await engineMetric(x.url, "llamacpp:prompt_tokens_total")) / (await engineMetric(x.url, "llamacpp:prompt_seconds_total"));
+        const believed = r.fleet.replicas[i]!.prefill.rate;
+        expect(believed).not.toBe(4_000);
+        expect(believed / rate).toBeGreaterThan(0.5);
+        expect(believed / rate).toBeLessThan(2);
+      }
+    },
+    TIMEOUT,
+  );
+});
+
+describe("shared documents through the router", () => {
+  it(
+    "4 documents × 4 questions each: the hit rate is ≥ 95 % of its ceiling (each document's first request must miss)",
+    async () => {
+      const replicas = await startLlamaReplicas(2, { prefix: "docs" });
+      const r = await router(replicas.map((x, i) => ({ name: `gpu${i}`, url: x.url })));
+      const client = clientOf(r.url);
+      const salt = crypto.randomUUID();
+      const docs = [0, 1, 2, 3].map((d) => lines(`document ${d} ${salt}`, 120));
+      const order = [0, 1, 2, 3, 0, 1, 2, 3, 2, 0, 3, 1, 1, 3, 0, 2];
+      let prompt = 0;
+      let cached = 0;
+      let ceiling = 0;
+      const docTokens = new Map<number, number>();
+      const seen = new Set<number>();
+      for (const [i, d] of order.entries()) {
+        const data = await client.chat.completions.create({
+          model: "tiny",
+          messages: [
+            { role: "system", content: docs[d]! },
+            { role: "user", content: `question ${i}: what does line ${i * 7} say?` },
+          ],
+          max_tokens: 2,
+        });
+        prompt += data.usage!.prompt_tokens;
+        cached += data.usage!.prompt_tokens_details?.cached_tokens ?? 0;
+        // The ceiling: a document's first request computes it; every later one could reuse it.
+        if (!seen.has(d)) docTokens.set(d, data.usage!.prompt_tokens - 30);
+        else ceiling += docTokens.get(d)!;
+        seen.add(d);
+      }
+      const hit = cached / prompt;
+      const best = ceiling / prompt;
+      expect(hit / best).toBeGreaterThanOrEqual(0.95);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("the bytes a client receives are the engine's", () => {
+  it(
+    "streamed and not, chat and completions, with and without stream_options: the client gets every byte the engine sent, and the engine gets the client's body",
+    async () => {
+      const engine = await startLlamaReplica({ name: "bytes" });
+      const recorder = startRecorder(engine.url);
+      recorders.push(recorder);
+      const r = await router([{ name: "gpu0", url: recorder.url }]);
+      const cases: [string, Record<string, unknown>][] = [
+        ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a streamed chat, no stream_options" }], max_tokens: 4, stream: true }],
+        ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a streamed chat with usage" }], max_tokens: 4, stream: true, stream_options: { include_usage: true } }],
+        ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a whole chat" }], max_tokens: 4 }],
+        ["/v1/completions", { model: "tiny", prompt: "a streamed completion", max_tokens: 4, stream: true }],
+        ["/v1/completions", { model: "tiny", prompt: "a whole completion", max_tokens: 4 }],
+      ];
+      for (const [path, body] of cases) {
+        const sent = JSON.stringify(body);
+        const res = await fetch(`${r.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: sent });
+        const received = new Uint8Array(await res.arrayBuffer());
+        const exchange = recorder.to(path).at(-1)!;
+        // Random weights can trip llama.cpp's own output parser (a 500 now and then): whatever
+        // the engine answered, the client gets that answer, status and bytes.
+        expect({ path, status: res.status }).toEqual({ path, status: exchange.status });
+        expect(new TextDecoder().decode(exchange.requestBody)).toBe(sent);
+        expect(new TextDecoder().decode(received)).toBe(new TextDecoder().decode(exchange.responseBody));
+        expect(Buffer.compare(Buffer.from(received), Buffer.from(exchange.responseBody))).toBe(0);
+      }
+      // The stream without stream_options kept llama.cpp's timings on its last chunk, and the
+      // completions stream its usage: what the router needs came unasked.
+      const streamed = new TextDecoder().decode(recorder.to("/v1/chat/completions")[0]!.responseBody);
+      expect(streamed).toContain('"timings":{"cache_n"');
+      expect(new TextDecoder().decode(recorder.to("/v1/completions")[0]!.responseBody)).toContain('"usage":{');
+      const s = await status(r.url);
+      expect(s.replicas[0]!.prompt_tokens).toBeGreaterThan(0);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("capacity as llama.cpp has it", () => {
+  /** Four conversations taking turns, each turn after the other three. */
+  async function interleave(url: string, turns: number): Promise<number[][]> {
+    const client = clientOf(url);
+    const salt = crypto.randomUUID();
+    const histories: Message[][] = [0, 1, 2, 3].map((c) => [{ role: "system", content: lines(`conversation ${c} ${salt}`, 40) }]);
+    const cached: number[][] = [[], [], [], []];
+    for (let t = 0; t < turns; t++) {
+      for (const [c, messages] of histories.entries()) {
+        messages.push({ role: "user", content: lines(`turn ${c}.${t}`, 10) });
+        const data = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 2, temperature: 0 });
+        cached[c]!.push(data.usage!.prompt_tokens_details?.cached_tokens ?? 0);
+        messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" });
+      }
+    }
+    return cached;
+  }
+
+  it(
+    "--cache-ram 0: four conversations on two slots thrash; the router says so as the slot wall, never that the cache may be off",
+    async () => {
+      const engine = await startLlamaReplica({ name: "thrash", extraFlags: ["--cache-ram", "0"] });
+      const r = await router([{ name: "gpu0", url: engine.url }], `[routing]\ncapacity_window = "10m"\n`);
+      const cached = await interleave(r.url, 4);
+      // the engine: warm turns found next to nothing (their slots were taken)
+      const warm = cached.flatMap((c) => c.slice(1));
+      expect(warm.filter((n) => n > 200)).toHaveLength(0);
+      const s = await status(r.url);
+      const text = s.warnings.join("\n");
+      expect(text).not.toMatch(/cache may be off/);
+      expect(s.replicas[0]!.hit.predictions.miss).toBeGreaterThan(0);
+      expect(text).toMatch(/gpu0: \d+ conversations active on 2 slots/);
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "the default RAM prompt cache: six documents on two slots come back from RAM on revisit, and no capacity warning says otherwise",
+    async () => {
+      const engine = await startLlamaReplica({ name: "ram" });
+      const r = await router([{ name: "gpu0", url: engine.url }], `[routing]\ncapacity_window = "10m"\n`);
+      const client = clientOf(r.url);
+      const salt = crypto.randomUUID();
+      const ask = (d: number, q: string) =>
+        client.chat.completions.create({
+          model: "tiny",
+          messages: [
+            { role: "system", content: lines(`document ${d} ${salt}`, 120) },
+            { role: "user", content: q },
+          ],
+          max_tokens: 2,
+        });
+      for (let d = 0; d < 6; d++) await ask(d, "first");
+      const revisits = [];
+      for (let d = 0; d < 6; d++) revisits.push(await ask(d, "again"));
+      for (const data of revisits) expect(data.usage!.prompt_tokens_details!.cached_tokens!).toBeGreaterThan(0.9 * (data.usage!.prompt_tokens - 20));
+      const s = await status(r.url);
+      expect(s.warnings).toEqual([]);
+      expect(s.replicas[0]!.hit.predictions.miss).toBe(0);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("a replica killed and restarted mid-traffic", () => {
+  it(
+    "requests fail over before the first byte (no client error), the restart is seen and the replica's prefixes forgotten, and it serves again",
+    async () => {
+      const replicas = await startLlamaReplicas(2, { prefix: "restart" });
+      const r = await router(
+        replicas.map((x, i) => ({ name: `gpu${i}`, url: x.url })),
+        `[health]\ninterval = "1s"\ntimeout = "900ms"\n`,
+      );
+      const client = clientOf(r.url);
+      const salt = crypto.randomUUID();
+      const ask = (k: number) =>
+        client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: `${salt} request ${k}: ${lines("traffic", 20)}` }], max_tokens: 2 }).withResponse();
+      const served: string[] = [];
+      for (let k = 0; k < 4; k++) served.push((await ask(k)).response.headers.get("x-llmroute-replica")!);
+      expect(new Set(served)).toEqual(new Set(["gpu0", "gpu1"]));
+      await replicas[0]!.stop("SIGKILL");
+      // While it is gone: every request is answered (failed over before its first byte).
+      for (let k = 4; k < 8; k++) {
+        const { response } = await ask(k);
+        expect(response.status).toBe(200);
+        expect(response.headers.get("x-llmroute-replica")).toBe("gpu1");
+      }
+      await replicas[0]!.restart();
+      // The router notices it is back (its active check) and routes to it again.
+      for (;;) {
+        const s = await status(r.url);
+        if (s.replicas[0]!.state === "up") break;
+        await Bun.sleep(100);
+      }
+      const s = await status(r.url);
+      expect(s.replicas[0]!.cache_losses).toBeGreaterThanOrEqual(1);
+      expect(s.replicas[0]!.index_entries).toBe(0);
+      const again = new Set<string>();
+      for (let k = 8; k < 12; k++) again.add((await ask(k)).response.headers.get("x-llmroute-replica")!);
+      expect(again.has("gpu0")).toBe(true);
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "a restart between two checks (no refused connection seen) shows as a new Process-Start-Time-Unix: the cache is forgotten, with the reason logged",
+    async () => {
+      const [engine] = await startLlamaReplicas(1, { prefix: "header" });
+      const r = await router([{ name: "gpu0", url: engine!.url }], `[health]\ninterval = "10m"\n`);
+      await clientOf(r.url).chat.completions.create({ model: "tiny", messages: [{ role: "user", content: lines("before the restart", 20) }], max_tokens: 2 });
+      expect((await status(r.url)).replicas[0]!.index_entries).toBeGreaterThan(0);
+      await engine!.restart();
+      await r.fleet.check(r.fleet.replicas[0]!);
+      const lost = r.log.records.find((x) => x.msg.startsWith("replica cache lost"));
+      expect(String(lost?.fields.reason)).toMatch(/^engine restarted: process-start-time-unix \d+ → \d+$/);
+      expect((await status(r.url)).replicas[0]!.index_entries).toBe(0);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("llmroute probe against llama.cpp", () => {
+  it(
+    "a replica with its cache: verdict 0, direct and --via; one started with --no-cache-prompt: verdict 1, direct and --via",
+    async () => {
+      const [cached, uncached] = await Promise.all([startLlamaReplica({ name: "probe-on" }), startLlamaReplica({ name: "probe-off", extraFlags: ["--no-cache-prompt"] })]);
+      const on = await runCli(["probe", "--url", cached.url, "--tokens", "2000", "--repeat", "1"]);
+      expect({ code: on.code, out: on.stdout }).toMatchObject({ code: 0, out: expect.stringContaining("prefix cache works") });
+      const off = await runCli(["probe", "--url", uncached.url, "--tokens", "2000", "--repeat", "1"]);
+      expect({ code: off.code, out: off.stdout }).toMatchObject({ code: 1, out: expect.stringContaining("no cache effect") });
+      const viaOn = await router([{ name: "gpu0", url: cached.url }]);
+      const viaOff = await router([{ name: "gpu0", url: uncached.url }]);
+      expect((await runCli(["probe", "--via", viaOn.url, "--tokens", "2000", "--turns", "3"])).code).toBe(0);
+      expect((await runCli(["probe", "--via", viaOff.url, "--tokens", "2000", "--turns", "3"])).code).toBe(1);
+      // Its context check reads the slot's context: a prompt larger than a slot is refused before it is sent.
+      const big = await runCli(["probe", "--url", cached.url, "--tokens", "40000"]);
+      expect(big.code).toBe(2);
+      expect(big.stdout + big.stderr).toContain("a slot's context, meta.n_ctx 32768");
+    },
+    TIMEOUT,
+  );
+});
