@@ -13,6 +13,7 @@ import { SimEngine, type EngineStats, type Sequence, type SequenceResult } from 
 import { Faults } from "./faults.ts";
 import { renderMetrics } from "./metrics.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
+import { SlotEngine } from "./slots.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
 
 /** GET /sim/state: the engine's counters plus its configuration and pool. */
@@ -46,7 +47,7 @@ export interface SimApp {
   readonly name: string;
   readonly model: string;
   readonly options: SimOptions;
-  readonly engine: SimEngine;
+  readonly engine: SimEngine | SlotEngine;
   readonly faults: Faults;
   fetch(request: Request): Promise<Response>;
   state(): SimState;
@@ -68,7 +69,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const options = resolveSimOptions(input);
   const clock = deps.clock ?? realClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const engine = new SimEngine(options, clock);
+  const engine = options.engine === "llamacpp" ? new SlotEngine(options, clock) : new SimEngine(options, clock);
   const faults = new Faults(options, clock);
   const store = new ResponseStore(options.responsesStoreMax);
   const baseHeaders = { "x-sim-replica": options.name };

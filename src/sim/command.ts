@@ -28,6 +28,10 @@ const NUMBER_FLAGS = {
   "close-after-chunks": "closeAfterChunks",
   "close-next": "closeNext",
   "startup-delay-ms": "startupDelayMs",
+  parallel: "parallel",
+  "cache-ram": "cacheRam",
+  "cache-ram-bytes-per-token": "cacheRamBytesPerToken",
+  "slot-prompt-similarity": "slotPromptSimilarity",
 } as const satisfies Record<string, keyof SimOptions>;
 
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
@@ -49,6 +53,10 @@ const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "close-after-chunks": "Cut the next streaming response after K SSE events (-1 = off)",
   "close-next": "Streaming responses --close-after-chunks applies to (1; -1 = all)",
   "startup-delay-ms": "Real ms of 503 'loading' after start",
+  parallel: "llamacpp: slots (llama-server --parallel; -1 = auto: 4 slots sharing a unified KV)",
+  "cache-ram": "llamacpp: host-RAM prompt cache in MiB (8192; -1 = no limit, 0 = off)",
+  "cache-ram-bytes-per-token": "llamacpp: bytes a token's state takes in that cache (57344, Qwen2.5-7B f16)",
+  "slot-prompt-similarity": "llamacpp: prompt similarity that picks a slot over the least recently used (0.10)",
 };
 
 const args = {
@@ -59,6 +67,10 @@ const args = {
   "base-port": { type: "string", description: "First port of a fleet (replica i on base-port + i; 0 = ephemeral)" },
   model: { type: "string", description: "Served model id", default: "sim-model" },
   profile: { type: "enum", options: Object.keys(PROFILES), description: "Calibrated profile", default: "3090" },
+  engine: { type: "enum", options: ["vllm", "llamacpp"], description: "KV model: vllm (one shared block pool) or llamacpp (llama-server's slots and RAM prompt cache)", default: "vllm" },
+  "kv-unified": { type: "boolean", description: "llamacpp: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
+  "cache-idle-slots": { type: "boolean", description: "llamacpp: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp: do not save idle slots", default: true },
+  "cache-prompt": { type: "boolean", description: "llamacpp: reuse cached prompts", negativeDescription: "llamacpp: reuse nothing (llama-server --no-cache-prompt; same as --no-prefix-cache)", default: true },
   ...(Object.fromEntries(
     Object.entries(HELP).map(([flag, description]) => [flag, { type: "string", description }]),
   ) as Record<keyof typeof NUMBER_FLAGS, { type: "string"; description: string }>),
@@ -84,7 +96,10 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
   const options: Partial<SimOptions> = {
     model: String(parsed.model ?? "sim-model"),
     profile: String(parsed.profile ?? "3090") as SimOptions["profile"],
-    prefixCache: parsed["prefix-cache"] !== false,
+    prefixCache: parsed["prefix-cache"] !== false && parsed["cache-prompt"] !== false,
+    engine: String(parsed.engine ?? "vllm") as SimOptions["engine"],
+    kvUnified: parsed["kv-unified"] === true,
+    cacheIdleSlots: parsed["cache-idle-slots"] !== false,
     verbose: parsed.verbose === true,
   };
   for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {

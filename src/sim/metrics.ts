@@ -6,8 +6,9 @@
  * name in HELP, TYPE and samples alike, which `promtool check metrics` requires.
  */
 import type { SimEngine } from "./engine.ts";
+import type { SlotEngine } from "./slots.ts";
 
-export function renderMetrics(engine: SimEngine, model: string): string {
+export function renderMetrics(engine: SimEngine | SlotEngine, model: string): string {
   engine.sync();
   const labels = `engine="0",model_name="${escapeLabel(model)}"`;
   const lines: string[] = [];

@@ -5,13 +5,14 @@ import { LlmrouteError } from "../errors.ts";
 import { createSimApp, type SimApp, type SimAppDeps } from "./app.ts";
 import type { SimEngine } from "./engine.ts";
 import type { SimOptions } from "./options.ts";
+import type { SlotEngine } from "./slots.ts";
 
 export interface SimServer {
   name: string;
   /** http://HOST:PORT, no trailing slash (127.0.0.1 when bound to 0.0.0.0). */
   url: string;
   port: number;
-  engine: SimEngine;
+  engine: SimEngine | SlotEngine;
   app: SimApp;
   /** Close the listener and every open connection; running sequences end. */
   stop(): Promise<void>;
