@@ -32,6 +32,8 @@ const NUMBER_FLAGS = {
   "cache-ram": "cacheRam",
   "cache-ram-bytes-per-token": "cacheRamBytesPerToken",
   "slot-prompt-similarity": "slotPromptSimilarity",
+  "batch-size": "batchSize",
+  "cache-ram-gbps": "cacheRamGbps",
 } as const satisfies Record<string, keyof SimOptions>;
 
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
@@ -57,6 +59,8 @@ const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "cache-ram": "llamacpp: host-RAM prompt cache in MiB (8192; -1 = no limit, 0 = off)",
   "cache-ram-bytes-per-token": "llamacpp: bytes a token's state takes in that cache (57344, Qwen2.5-7B f16)",
   "slot-prompt-similarity": "llamacpp: prompt similarity that picks a slot over the least recently used (0.10)",
+  "batch-size": "llamacpp: prompt tokens per decode step, across slots (2048); new requests join between steps",
+  "cache-ram-gbps": "llamacpp: GB/s of a RAM prompt-cache save or restore (10)",
 };
 
 const args = {

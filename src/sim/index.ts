@@ -12,3 +12,4 @@ export { SimEngine, type Sequence, type SequenceResult, type SequenceListener, t
 export { PROFILES, DEFAULT_PROFILE, resolveSimOptions, type SimOptions, type EngineOptions, type FaultOptions, type ProfileName } from "./options.ts";
 export { ManualClock, realClock, type Clock } from "./clock.ts";
 export { renderChat, type ChatMessage } from "./template.ts";
+export { SlotEngine, type SlotView, type PromptCacheView, type SlotPrefixStop, type SlotSequence } from "./slots.ts";

@@ -64,10 +64,21 @@ export interface LlamaCppOptions {
    * of ../shared/engines (4 layers × K+V × 256 × 2 bytes) takes 4,096.
    */
   cacheRamBytesPerToken: number;
+  /**
+   * GB/s of a prompt-cache save or restore (llama_state_seq_get_data / set_data copy the
+   * slot's KV between the card and host RAM). Default 10: a PCIe 4.0 ×16 copy to pageable
+   * host memory, an assumption (the CPU-only tiny model measured ~0.4–0.9 under load).
+   */
+  cacheRamGbps: number;
   /** `--slot-prompt-similarity` (default 0.10; 0 = choose slots by LRU only). */
   slotPromptSimilarity: number;
   /** `--cache-idle-slots` (default on; needs the RAM cache): idle slots are saved to it when a task starts. */
   cacheIdleSlots: boolean;
+  /**
+   * `--batch-size` (n_batch, common.h default 2048): prompt tokens one decode step takes,
+   * across slots. A request that arrives during a step joins at the next one.
+   */
+  batchSize: number;
 }
 
 /** Initial fault settings (all optional at runtime too, via POST /sim/faults). */
@@ -148,8 +159,10 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   kvUnified: false,
   cacheRam: 8192,
   cacheRamBytesPerToken: 57_344,
+  cacheRamGbps: 10,
   slotPromptSimilarity: 0.1,
   cacheIdleSlots: true,
+  batchSize: 2048,
   timeScale: 1,
   prefixCache: true,
   minTickMs: 2,
@@ -256,6 +269,8 @@ function validate(o: SimOptions): string[] {
   need(Number.isInteger(o.parallel) && (o.parallel >= 1 || o.parallel === -1), "parallel", o.parallel, "must be a positive integer or -1 (auto)");
   need(Number.isInteger(o.cacheRam) && o.cacheRam >= -1, "cache-ram", o.cacheRam, "must be an integer MiB >= -1 (-1 = no limit, 0 = off)");
   positiveInt("cacheRamBytesPerToken");
+  positiveInt("batchSize");
+  positive("cacheRamGbps");
   need(Number.isFinite(o.slotPromptSimilarity) && o.slotPromptSimilarity >= 0 && o.slotPromptSimilarity <= 1, "slot-prompt-similarity", o.slotPromptSimilarity, "must be in 0..1");
   return problems;
 }

@@ -13,8 +13,17 @@
  *   its prompt, relative to the prompt's length, if that is above `slotPromptSimilarity`;
  *   otherwise the least recently released idle slot (server-context.cpp get_available_slot).
  * - It reuses that slot's longest common prefix at token granularity, minus one token when
- *   the whole prompt matches (update_slots: n_past = get_common_prefix, [TAG_PROMPT_LOGITS]).
+ *   the whole prompt matches (pre_decode, run by update_slots: n_past = get_common_prefix;
+ *   [TAG_PROMPT_LOGITS]).
  *   Concurrent requests in different slots share nothing.
+ * - Work runs in steps (update_slots: one llama_decode of the generating slots' next tokens
+ *   plus up to `batchSize` prompt tokens). A request that arrives during a step waits for
+ *   its end (server-queue.cpp yield_to_queue: a completion task is declined while decoding
+ *   and offered again after), so a burst's later requests can find the first one's slot
+ *   already released and reuse it. Between steps the main loop takes every queued task
+ *   (process_new_tasks), and RAM-cache saves and restores are copies made right there: a
+ *   request arriving while they run joins the same step, and they delay its start. Within
+ *   a step, time is the fluid model's.
  * - The RAM prompt cache (server-task.cpp server_prompt_cache): when a slot is taken by LRU,
  *   or by similarity while keeping under half of its tokens, its tokens are saved there and
  *   the cached prompt that matches the request better is moved into the slot (a restore,
@@ -40,11 +49,14 @@ import {
   type SequenceState,
   type SubmitInput,
 } from "./engine.ts";
-import { EPS, FluidTimer, nextFluidEvent, runFluidUntil, type FluidHost } from "./fluid.ts";
+import { EPS, FluidTimer, nextFluidEvent, runFluidUntil, type FluidEvent, type FluidHost } from "./fluid.ts";
 import { slotContext, type EngineOptions, type LlamaCppOptions } from "./options.ts";
 import { Tokenizer } from "./tokenizer.ts";
 
 export type SlotEngineOptions = EngineOptions & LlamaCppOptions;
+
+/** Model seconds within which two instants count as one (a step's start, a step's end). */
+const SAME_INSTANT_S = 1e-7;
 
 /**
  * Why a request's cache hit stopped where it did, decided when it gets its slot:
@@ -388,6 +400,15 @@ export class SlotEngine {
     },
   };
   private busy = false;
+  /**
+   * Model seconds. `stepEnd`: when the decode step running now ends (requests arriving
+   * before wait for it). `windowEnd`: when the pass that gives queued requests their slots
+   * ends (its RAM-cache copies take time); requests arriving until then join it.
+   */
+  private stepEnd = -Infinity;
+  private windowEnd = -Infinity;
+  /** Requests given a slot in the current pass, whose prompts start with the next step. */
+  private launched: SlotSequence[] = [];
   private pendingEnds: SlotSequence[] = [];
   private readonly endListeners = new Set<(seq: SlotSequence, result: SlotSequenceResult) => void>();
   private readonly submitListeners = new Set<(seq: SlotSequence) => void>();
@@ -411,8 +432,9 @@ export class SlotEngine {
     this.timer = new FluidTimer(clock, options, () => this.sync());
   }
 
+  /** Requests holding a slot (llama.cpp: processing), prompts started or about to. */
   get runningCount(): number {
-    return this.running.length;
+    return this.running.length + this.launched.length;
   }
 
   get waitingCount(): number {
@@ -541,9 +563,7 @@ export class SlotEngine {
     if (this.busy) return;
     this.busy = true;
     try {
-      this.drainEnds();
-      this.admit();
-      runFluidUntil(this.modelNow(), this.fluid, this.options);
+      this.simulateUntil(this.modelNow());
     } finally {
       this.busy = false;
     }
@@ -553,10 +573,11 @@ export class SlotEngine {
   /** End every sequence, empty the slots and the RAM cache, forget what was computed, zero the counters. */
   reset(): void {
     this.sync();
-    for (const seq of [...this.running, ...this.waiting]) seq.endRequested = "reset";
+    const all = [...this.running, ...this.launched, ...this.waiting];
+    for (const seq of all) seq.endRequested = "reset";
     this.busy = true;
     try {
-      this.drainEnds([...this.running, ...this.waiting]);
+      this.drainEnds(all);
     } finally {
       this.busy = false;
     }
@@ -568,6 +589,7 @@ export class SlotEngine {
     this.computed.clear();
     this.releases = 0;
     this.droppedTokens = 0;
+    this.windowEnd = this.stepEnd = -Infinity;
     this.stats = zeroSlotStats();
     this.finished.stop = this.finished.length = this.finished.abort = 0;
     this.ttft.reset();
@@ -594,7 +616,7 @@ export class SlotEngine {
 
   /** Sequences in the scheduler, for introspection. */
   sequences(): { running: readonly SlotSequence[]; waiting: readonly SlotSequence[] } {
-    return { running: this.running, waiting: this.waiting };
+    return { running: this.launched.length === 0 ? this.running : [...this.running, ...this.launched], waiting: this.waiting };
   }
 
   // --- the simulation -------------------------------------------------------------------
@@ -603,25 +625,73 @@ export class SlotEngine {
     return this.clock.now() / 1000 / this.options.timeScale;
   }
 
+  /** The fluid model's events, with a step boundary wherever a request waits for one. */
+  private simulateUntil(target: number): void {
+    this.drainEnds();
+    this.admit();
+    for (;;) {
+      const boundary = this.stepEnd;
+      if (!(boundary > this.modelTime && boundary <= target + SAME_INSTANT_S)) break;
+      runFluidUntil(boundary, this.fluid, this.options);
+      this.drainEnds();
+      this.admit();
+    }
+    runFluidUntil(target, this.fluid, this.options);
+  }
+
   private armTimer(): void {
-    this.timer.arm(nextFluidEvent(this.running, this.modelTime, this.options), this.modelNow());
+    const next: FluidEvent = nextFluidEvent(this.running, this.modelTime, this.options);
+    const pending = this.waiting.length > 0 || this.launched.length > 0;
+    const boundary = pending && this.stepEnd > this.modelTime ? this.stepEnd : Infinity;
+    this.timer.arm(boundary < next.at ? { at: boundary, prefill: true } : next, this.modelNow());
   }
 
   /**
    * Give waiting requests slots, oldest first (server-context.cpp process_single_task: a
-   * task that finds no slot is deferred; a released slot brings back the oldest).
+   * task that finds no slot is deferred; a released slot brings back the oldest), between
+   * decode steps only (server-queue.cpp start_loop: process_new_tasks, then update_slots).
+   * The prompts start together when the pass's RAM-cache copies are done.
    */
   private admit(): void {
+    const now = this.modelTime;
+    const inWindow = now <= this.windowEnd + SAME_INSTANT_S;
+    if (!inWindow && now < this.stepEnd - SAME_INSTANT_S) return;
+    if (!inWindow) this.windowEnd = now;
     while (this.waiting.length > 0) {
       const seq = this.waiting[0]!;
       const slot = this.availableSlot(seq);
-      if (!slot) return;
+      if (!slot) break;
       this.waiting.shift();
+      // launch_slot_with_task: the slot is busy from here on.
       slot.seq = seq;
       seq.slot = slot;
+      this.launched.push(seq);
       this.cacheIdleSlots();
-      this.startPrompt(slot, seq);
     }
+    if (now < this.windowEnd - SAME_INSTANT_S) {
+      this.stepEnd = this.windowEnd;
+      return;
+    }
+    for (const seq of this.launched.splice(0)) this.startPrompt(seq.slot!, seq);
+    this.stepEnd = this.running.length > 0 ? now + this.stepSeconds() : now;
+  }
+
+  /** A save to or restore from the RAM cache: the main loop copies `tokens` of state before the next step. */
+  private copy(tokens: number): void {
+    const seconds = (tokens * this.options.cacheRamBytesPerToken) / (this.options.cacheRamGbps * 1e9);
+    this.windowEnd = Math.max(this.windowEnd, this.modelTime) + seconds;
+  }
+
+  /**
+   * How long the step starting now takes: its prompt tokens (up to batchSize, across slots)
+   * at the prefill rate, or, when no prompt is pending, until the next generated token.
+   */
+  private stepSeconds(): number {
+    let prompt = 0;
+    for (const seq of this.running) if (seq.state === "prefill") prompt += Math.max(0, seq.prefillWork - seq.prefillDone);
+    if (prompt > 0) return Math.min(this.options.batchSize, prompt) / this.options.prefillTps;
+    const next = nextFluidEvent(this.running, this.modelTime, this.options).at - this.modelTime;
+    return Number.isFinite(next) ? next : 0;
   }
 
   /**
@@ -667,9 +737,10 @@ export class SlotEngine {
     const { slot } = choice;
     if (choice.updateCache && this.ramCache) {
       const tokens = this.tokenizer.count(slot.content);
-      this.ramCache.save(slot.content, tokens);
+      if (this.ramCache.save(slot.content, tokens)) this.copy(tokens);
       const entry = this.ramCache.bestFor(slot.content, tokens, seq.prompt, seq.promptTokens, true);
       if (entry) {
+        this.copy(entry.tokens);
         this.droppedTokens += tokens;
         slot.content = entry.content;
       }
@@ -687,12 +758,16 @@ export class SlotEngine {
     if (!this.options.cacheIdleSlots || !cache) return;
     for (const slot of this.slotList) {
       if (slot.seq) continue;
-      if (cache.save(slot.content, this.tokenizer.count(slot.content))) cache.update();
+      const tokens = this.tokenizer.count(slot.content);
+      if (cache.save(slot.content, tokens)) {
+        this.copy(tokens);
+        cache.update();
+      }
       if (this.options.kvUnified) this.clearSlot(slot);
     }
   }
 
-  /** update_slots, SLOT_STATE_STARTED: reuse the common prefix (n_past), compute the rest. */
+  /** server-context.cpp pre_decode, SLOT_STATE_STARTED: reuse the common prefix (n_past), compute the rest. */
   private startPrompt(slot: Slot, seq: SlotSequence): void {
     const n = seq.promptTokens;
     const cachePrompt = this.options.prefixCache && seq.cachePrompt !== false;
@@ -834,6 +909,7 @@ export class SlotEngine {
         if (seq.clearOnEnd) this.clearSlot(slot);
       }
       this.running = this.running.filter((s) => s !== seq);
+      this.launched = this.launched.filter((s) => s !== seq);
       this.waiting = this.waiting.filter((s) => s !== seq);
       seq.state = "done";
       if (reason === "stop" || reason === "length") {

@@ -167,12 +167,34 @@ describe("SlotEngine: concurrency", () => {
     expect(h.engine.waitingCount).toBe(0);
   });
 
-  it("a request that starts while another slot is computing its prefix stops 'elsewhere', not 'evicted'", async () => {
+  it("a request arriving during a step waits for its end, and then reuses the slot the first one just left", async () => {
     const h = setup({ cacheRam: 0 });
     const shared = text(300, "shared");
-    h.engine.submit({ prompt: `${shared}${text(50, "x")}`, maxTokens: 1, finishReason: "length" });
-    h.clock.advance(100); // 100 tokens of it computed in slot 1
+    const a = h.engine.submit({ prompt: `${shared}${text(50, "x")}`, maxTokens: 1, finishReason: "length" });
+    h.clock.advance(100); // a's whole prompt is one step of 350 tokens: 350 ms
     const b = h.engine.submit({ prompt: `${shared}${text(50, "y")}`, maxTokens: 1, finishReason: "length" });
+    expect(b.state).toBe("waiting");
+    expect(h.engine.slots().map((s) => s.is_processing)).toEqual([false, true]);
+    const rb = await run(h.clock, b);
+    expect(a.slot!.id).toBe(1);
+    expect(b.slot!.id).toBe(1);
+    expect(rb.cachedTokens).toBe(300);
+    // Admitted at 350 ms, then 50 tokens: 250 + 50 ms after it arrived.
+    expect(rb.ttftModelMs).toBeCloseTo(300, 6);
+  });
+
+  it("a prompt longer than one batch takes several steps; a request arriving meanwhile starts at the next, in another slot, and stops 'elsewhere'", async () => {
+    const h = setup({ cacheRam: 0, batchSize: 128 });
+    const shared = text(300, "shared");
+    h.engine.submit({ prompt: `${shared}${text(50, "x")}`, maxTokens: 1, finishReason: "length" });
+    h.clock.advance(100);
+    const b = h.engine.submit({ prompt: `${shared}${text(50, "y")}`, maxTokens: 1, finishReason: "length" });
+    h.clock.advance(28); // the first step (128 tokens) ends
+    expect(b.state).toBe("prefill");
+    expect(h.engine.slots().map((s) => [s.is_processing, s.cached_tokens])).toEqual([
+      [true, 0],
+      [true, 128],
+    ]);
     const rb = await run(h.clock, b);
     expect(rb.cachedTokens).toBe(0);
     expect(rb.prefixStop).toBe("elsewhere");
@@ -250,6 +272,28 @@ describe("SlotEngine: the RAM prompt cache", () => {
     expect(r.slot).toBe(1);
     expect(r.result.cachedTokens).toBe(kept);
     expect(h.engine.promptCache().saves_total).toBe(saves);
+  });
+
+  it("a restore is a copy: it delays the first token by tokens × bytes ÷ bandwidth, and a request arriving meanwhile joins the same step", async () => {
+    // 2 MB/s: one 500-token document (2,048,000 bytes) takes 1.024 s to save or restore.
+    const h = setup({ cacheRamGbps: 0.002 });
+    const docs = ["A", "B", "C"].map((tag) => text(500, `doc${tag}`));
+    for (const doc of docs) await send(h, doc);
+    const revisit = h.engine.submit({ prompt: docs[0]!, maxTokens: 1, finishReason: "length" });
+    h.clock.advance(1_000);
+    const other = h.engine.submit({ prompt: text(100, "other"), maxTokens: 1, finishReason: "length" });
+    h.clock.advance(500);
+    // Both hold a slot; neither prompt has started: the copies are still running.
+    expect(h.engine.slots().map((s) => s.is_processing)).toEqual([true, true]);
+    expect([revisit.state, other.state]).toEqual(["waiting", "waiting"]);
+    h.clock.runUntilIdle();
+    const r = (await revisit.done) as SlotSequenceResult;
+    expect(r.cachedTokens).toBe(499);
+    // Restoring A (1.024 s), then saving the idle slot holding C (1.024 s), then 1 token,
+    // prefilled beside the other request's at half the rate.
+    expect(r.ttftModelMs).toBeCloseTo(2_048 + 2, 6);
+    // The other request arrived 1 s in; its 100 tokens start at 2.048 s with A's (1 shared, 99 alone).
+    expect((await other.done).ttftModelMs).toBeCloseTo(1_048 + 2 + 99, 6);
   });
 
   it("an unrelated prompt does not restore a cached one", async () => {
