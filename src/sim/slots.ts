@@ -84,6 +84,8 @@ function zeroSlotStats(): SlotEngineStats {
 export interface SlotSubmitInput extends SubmitInput {
   /** The request's `cache_prompt` (default: the server's, `prefixCache`); false = reuse nothing. */
   cachePrompt?: boolean;
+  /** The text of generated token `index`, exactly `charsPerToken` characters (default: the tokenizer's seeded word). */
+  output?: (index: number) => string;
   listener?: SlotSequenceListener;
 }
 
@@ -140,6 +142,7 @@ export class SlotSequence extends Sequence {
   slot: Slot | undefined;
   prefixStop: SlotPrefixStop | undefined;
   readonly cachePrompt: boolean | undefined;
+  readonly output: ((index: number) => string) | undefined;
   /** Its slot is cleared when it ends (a unified KV overflowed). */
   clearOnEnd = false;
   declare readonly listener: SlotSequenceListener;
@@ -147,6 +150,7 @@ export class SlotSequence extends Sequence {
   constructor(id: number, input: SlotSubmitInput, promptTokens: number, arrivalMs: number, arrivalModel: number) {
     super(id, input, promptTokens, arrivalMs, arrivalModel);
     this.cachePrompt = input.cachePrompt;
+    this.output = input.output;
   }
 }
 
@@ -874,7 +878,7 @@ export class SlotEngine {
 
   private emit(seq: SlotSequence): void {
     const index = seq.generated;
-    const text = this.tokenizer.word(seq.seed, index);
+    const text = seq.output?.(index) ?? this.tokenizer.word(seq.seed, index);
     seq.genText += text;
     seq.generated++;
     this.stats.generation_tokens_total++;

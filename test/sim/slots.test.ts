@@ -96,6 +96,16 @@ describe("SlotEngine: slots and reuse", () => {
     expect(next.result.cachedTokens).toBe(104);
   });
 
+  it("generates the given output text, and a continuation that quotes it reuses it", async () => {
+    const h = setup();
+    const prompt = text(100, "a");
+    const seq = h.engine.submit({ prompt, maxTokens: 3, finishReason: "length", output: (i) => `<t${i}>` });
+    const r = await run(h.clock, seq);
+    expect(r.text).toBe("<t0><t1><t2>");
+    const next = await send(h, `${prompt}<t0><t1><t2>${text(10, "u")}`);
+    expect(next.result.cachedTokens).toBe(102);
+  });
+
   it("the first request takes the last of the empty slots; the next, the least recently used", async () => {
     const h = setup();
     expect((await send(h, text(100, "a"))).slot).toBe(1);
