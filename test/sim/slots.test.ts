@@ -265,6 +265,18 @@ describe("SlotEngine: the RAM prompt cache", () => {
     expect(h.engine.promptCache().evictions_total).toBeGreaterThanOrEqual(1);
   });
 
+  it.each([
+    [-1, 0, "evicted"],
+    [8192, 399, "full"],
+  ])("--cache-ram %p: with no byte limit the token limit is n_ctx (1,024 here), with one it is raised to what the bytes hold: a revisit reuses %p", async (cacheRam, cached, stop) => {
+    const h = setup({ cacheRam, kvTokens: 1024 });
+    const docs = ["A", "B", "C", "D"].map((tag) => text(400, `doc${tag}`));
+    for (const doc of docs) await send(h, doc);
+    const again = await send(h, docs[0]!);
+    expect(again.result.cachedTokens).toBe(cached);
+    expect(again.result.prefixStop).toBe(stop as SlotPrefixStop);
+  });
+
   it("a document larger than the whole byte limit is never saved", async () => {
     const { h, again } = await revisit({ cacheRam: 1 }); // 256 tokens
     expect(again.result.cachedTokens).toBe(0);
