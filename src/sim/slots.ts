@@ -146,6 +146,7 @@ export class SlotSequence extends Sequence {
   /** Its slot is cleared when it ends (a unified KV overflowed). */
   clearOnEnd = false;
   declare readonly listener: SlotSequenceListener;
+  declare readonly done: Promise<SlotSequenceResult>;
 
   constructor(id: number, input: SlotSubmitInput, promptTokens: number, arrivalMs: number, arrivalModel: number) {
     super(id, input, promptTokens, arrivalMs, arrivalModel);
