@@ -188,6 +188,8 @@ export const llamacppProfile: EngineProfile = {
   name: "llamacpp",
   family: "llamacpp",
   responsesState: "rejected",
+  // llama-server's slots with its own defaults (slots.ts; options.ts LlamaCppOptions).
+  slotDefaults: {},
   reasoningField: "reasoning_content",
   resolveModel: (_requested, served) => served,
   streamUsage: (so) => isRecord(so) && so.include_usage === true,
