@@ -87,7 +87,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const clock = deps.clock ?? realClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const profile = engineProfile(options.engine);
-  // llama.cpp keeps KV in slots; the others in one pool.
+  // llama.cpp and Ollama (which runs llama-server) keep KV in slots; the others in one pool.
   const engine: SimEngineApi = profile.slotDefaults ? new SlotEngine(options, clock) : new SimEngine(options, clock);
   const faults = new Faults(options, clock);
   const store = new ResponseStore(options.responsesStoreMax);

@@ -8,7 +8,7 @@
  *   prefix caching, as vLLM and SGLang have;
  * - `SlotEngine` (slots.ts): llama-server's slots — per-slot KV of n_ctx / n_parallel
  *   tokens (or one unified n_ctx), a slot chosen by prompt similarity, token-granular reuse,
- *   a host-RAM prompt cache — for the llamacpp profile. It also provides
+ *   a host-RAM prompt cache — for the llamacpp and ollama profiles. It also provides
  *   `slots()` and `perSlotContext`.
  * Both run on one fluid time model (fluid.ts).
  *

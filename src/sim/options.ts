@@ -41,9 +41,10 @@ export interface EngineOptions {
 
 /**
  * llama.cpp `llama-server`'s KV knobs, read by the slot engine (slots.ts) only, which runs
- * the llamacpp profile. Names and defaults are llama-server's own (common/arg.cpp,
- * common/common.h at commit 80fb11a); a profile that starts llama-server with flags of its
- * own overrides them (profiles/types.ts `slotDefaults`).
+ * the llamacpp and ollama profiles. Names and defaults are llama-server's own
+ * (common/arg.cpp, common/common.h at commit 80fb11a); a profile that starts llama-server
+ * with flags of its own overrides them (`slotDefaults`: Ollama's -np and -b,
+ * profiles/ollama.ts).
  */
 export interface LlamaCppOptions {
   /**
@@ -112,8 +113,8 @@ export interface SimOptions extends EngineOptions, FaultOptions, LlamaCppOptions
   profile: ProfileName;
   /**
    * Which engine the replica imitates: usage fields, stream chunks, metrics, capacity and
-   * restart signals, and its KV model (llamacpp runs on llama-server's slots, slots.ts; the
-   * others on one shared block pool, engine.ts).
+   * restart signals, and its KV model (llamacpp and ollama run on llama-server's slots,
+   * slots.ts; the others on one shared block pool, engine.ts).
    */
   engine: EngineProfileName;
   /** How chat histories are rendered (ChatML; or a template under which continuations stop being prefixes). */

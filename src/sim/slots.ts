@@ -1,8 +1,9 @@
 /**
  * llama.cpp's KV model: `llama-server`'s slots and its host-RAM prompt cache, on the same
- * fluid time model as the vLLM-like engine (fluid.ts). Every rule below names the
- * llama.cpp source it imitates (commit 80fb11a, the prebuilt ../shared/engines/llama-server;
- * `server-context.cpp` = tools/server/server-context.cpp).
+ * fluid time model as the vLLM-like engine (fluid.ts). It runs the llamacpp profile, and the
+ * ollama profile too (Ollama runs GGUF models on llama-server: profiles/ollama.ts). Every
+ * rule below names the llama.cpp source it imitates (commit 80fb11a, the prebuilt
+ * ../shared/engines/llama-server; `server-context.cpp` = tools/server/server-context.cpp).
  *
  * - `parallel` slots, each with its own KV of n_ctx / parallel tokens (or, unified, a
  *   share of one n_ctx pool). A slot runs one request at a time; more requests than slots

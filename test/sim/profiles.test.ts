@@ -7,7 +7,7 @@
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import type { StartSimOptions } from "../../src/sim/index.ts";
-import { metric, nextEnd, openai, rejection, scrape, sim, stopAll, words } from "./_helpers.ts";
+import { metric, nextEnd, nextSubmit, openai, rejection, scrape, sim, state, stopAll, words } from "./_helpers.ts";
 
 afterAll(stopAll);
 
@@ -278,6 +278,24 @@ describe("ollama", () => {
     expect(chunks.at(-2)!.choices).toEqual([{ index: 0, delta: {}, finish_reason: "length" }]);
     expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: 13, completion_tokens: 3, total_tokens: 16 } });
     expect(chunks.slice(0, -1).some((c) => "usage" in c)).toBe(false);
+  });
+
+  it("runs on llama-server's slots with Ollama's defaults: one slot (OLLAMA_NUM_PARALLEL 1), so a second request waits", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama" });
+    expect(s.app.options).toMatchObject({ parallel: 1, kvUnified: false, batchSize: 512, cacheRam: 8192 });
+    const controller = new AbortController();
+    const stream = await openai(s).chat.completions.create(
+      { model: "sim-model", messages: [{ role: "user", content: "keep going" }], max_tokens: 3_000, stream: true },
+      { signal: controller.signal },
+    );
+    await stream[Symbol.asyncIterator]().next();
+    const submitted = nextSubmit(s);
+    const second = openai(s).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "me next" }], max_tokens: 2 });
+    await submitted;
+    expect(await state(s)).toMatchObject({ max_seqs: 1, running: 1, waiting: 1 });
+    controller.abort();
+    expect((await second).choices[0]!.finish_reason).toBe("length");
+    expect(await state(s)).toMatchObject({ running: 0, waiting: 0, cancelled_total: 1, completed_total: 1 });
   });
 
   it("the Responses API reports cached_tokens 0 although the prefix was cached", async () => {
