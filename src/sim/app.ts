@@ -139,7 +139,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       c.window.promptSeconds += promptSeconds;
       c.window.predictedSteps += Math.max(0, r.completionTokens - 1);
       c.window.predictedSeconds += predictedSeconds;
-      const calls = decodeCallsOf(r);
+      const calls = decodeCallsOf(r, options.batchSize);
       c.decodeCalls += calls;
       c.busySlots += calls;
     }
