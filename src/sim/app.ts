@@ -10,9 +10,9 @@
  * Generation requests pass, in order: loading check (503) → parse and render (400/404) →
  * context-length check (400) → stall fault → fail fault → the engine. A client that goes
  * away (request signal or stream cancel) stops its sequence and frees its KV. Every
- * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new>`: why
- * its prefix-cache hit stopped where it did (engine-api.ts, PrefixStop) — the truth the bench
- * compares the router's index corrections with.
+ * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>`:
+ * why its prefix-cache hit stopped where it did (engine-api.ts, PrefixStop) — the truth the
+ * bench compares the router's index corrections with.
  */
 import { ApiError, errorResponse } from "./_api-error.ts";
 import { idPrefix, tokenPiece, type FormatContext } from "./_formats.ts";
@@ -24,6 +24,7 @@ import { Faults } from "./faults.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
 import { decodeCallsOf } from "./profiles/llamacpp.ts";
 import { engineProfile, zeroCounters, type EngineProfile, type ReplicaCounters, type ReplicaView } from "./profiles/index.ts";
+import { SlotEngine } from "./slots.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
 import { outputSeed } from "./tokenizer.ts";
 
@@ -86,8 +87,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const clock = deps.clock ?? realClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const profile = engineProfile(options.engine);
-  // The engine behind this replica (slots.ts implements the same contract for llama.cpp).
-  const engine: SimEngineApi = new SimEngine(options, clock);
+  // llama.cpp and Ollama (which runs llama-server) keep KV in slots; the others in one pool.
+  const engine: SimEngineApi = profile.slotDefaults ? new SlotEngine(options, clock) : new SimEngine(options, clock);
   const faults = new Faults(options, clock);
   const store = new ResponseStore(options.responsesStoreMax);
   const baseHeaders = { "x-sim-replica": options.name };
@@ -138,7 +139,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       c.window.promptSeconds += promptSeconds;
       c.window.predictedSteps += Math.max(0, r.completionTokens - 1);
       c.window.predictedSeconds += predictedSeconds;
-      const calls = decodeCallsOf(r);
+      const calls = decodeCallsOf(r, options.batchSize);
       c.decodeCalls += calls;
       c.busySlots += calls;
     }
@@ -177,7 +178,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       kv_tokens: options.kvTokens,
       block_tokens: options.blockTokens,
       max_model_len: options.maxModelLen,
-      max_seqs: options.maxSeqs,
+      // A slot engine runs one request per slot.
+      max_seqs: engine.slots?.().length ?? options.maxSeqs,
       total_blocks: kv.totalBlocks,
       free_blocks: kv.freeBlocks,
       used_blocks: kv.usedBlocks,

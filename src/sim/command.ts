@@ -30,10 +30,16 @@ const NUMBER_FLAGS = {
   "close-after-chunks": "closeAfterChunks",
   "close-next": "closeNext",
   "startup-delay-ms": "startupDelayMs",
+  parallel: "parallel",
+  "cache-ram": "cacheRam",
+  "cache-ram-bytes-per-token": "cacheRamBytesPerToken",
+  "slot-prompt-similarity": "slotPromptSimilarity",
+  "batch-size": "batchSize",
+  "cache-ram-gbps": "cacheRamGbps",
 } as const satisfies Record<string, keyof SimOptions>;
 
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
-  "kv-tokens": "KV pool size in tokens (3090: 122636)",
+  "kv-tokens": "KV pool size in tokens (3090: 122636; llamacpp, ollama: llama-server -c, all slots together)",
   "block-tokens": "Tokens per KV block; only full blocks are cached (16; hybrid attention/Mamba models use 400-1568)",
   "prefill-tps": "Prefill tokens/s of the card, shared by concurrent prefills (3090: 4000)",
   "cached-token-cost": "Cost of a cached prompt token relative to an uncached one (0.05)",
@@ -51,6 +57,12 @@ const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "close-after-chunks": "Cut the next streaming response after K SSE events (-1 = off)",
   "close-next": "Streaming responses --close-after-chunks applies to (1; -1 = all)",
   "startup-delay-ms": "Real ms of 503 'loading' after start",
+  parallel: "llamacpp, ollama: slots (llama-server --parallel; llamacpp -1 = auto: 4 slots sharing a unified KV; ollama 1, OLLAMA_NUM_PARALLEL)",
+  "cache-ram": "llamacpp, ollama: host-RAM prompt cache in MiB (8192; -1 = no limit, 0 = off)",
+  "cache-ram-bytes-per-token": "llamacpp, ollama: bytes a token's state takes in that cache (57344, Qwen2.5-7B f16)",
+  "slot-prompt-similarity": "llamacpp, ollama: prompt similarity that picks a slot over the least recently used (0.10)",
+  "batch-size": "llamacpp, ollama: prompt tokens per decode step, across slots (llamacpp 2048, ollama 512); new requests join between steps",
+  "cache-ram-gbps": "llamacpp, ollama: GB/s of a RAM prompt-cache save or restore (10)",
 };
 
 const args = {
@@ -65,7 +77,7 @@ const args = {
     type: "enum",
     options: [...ENGINE_PROFILES],
     description:
-      "Engine to imitate: usage fields, stream chunks, metrics, capacity and restart signals (vllm = no --enable-prompt-tokens-details; vllm-details; sglang = --enable-cache-report --enable-metrics; llamacpp = --metrics --slots; ollama)",
+      "Engine to imitate: usage fields, stream chunks, metrics, capacity, restart signals and KV model (vllm = no --enable-prompt-tokens-details; vllm-details; sglang = --enable-cache-report --enable-metrics; llamacpp = --metrics --slots; ollama). llamacpp and ollama keep KV in llama-server's slots, the others in one shared block pool",
     default: DEFAULT_ENGINE,
   },
   template: {
@@ -75,6 +87,9 @@ const args = {
       "Chat template: chatml, or one under which a continuation is not a prefix of the previous turn (mistral3-tools: tools before the last user message; deepseek-r1: earlier reasoning cut; qwen3-reasoning: reasoning only after the last query)",
     default: "chatml",
   },
+  "kv-unified": { type: "boolean", description: "llamacpp, ollama: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
+  "cache-idle-slots": { type: "boolean", description: "llamacpp, ollama: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp, ollama: do not save idle slots", default: true },
+  "cache-prompt": { type: "boolean", description: "llamacpp, ollama: reuse cached prompts", negativeDescription: "llamacpp, ollama: reuse nothing (llama-server --no-cache-prompt; same as --no-prefix-cache)", default: true },
   ...(Object.fromEntries(
     Object.entries(HELP).map(([flag, description]) => [flag, { type: "string", description }]),
   ) as Record<keyof typeof NUMBER_FLAGS, { type: "string"; description: string }>),
@@ -102,7 +117,9 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
     profile: String(parsed.profile ?? "3090") as SimOptions["profile"],
     engine: String(parsed.engine ?? DEFAULT_ENGINE) as SimOptions["engine"],
     template: String(parsed.template ?? "chatml") as SimOptions["template"],
-    prefixCache: parsed["prefix-cache"] !== false,
+    prefixCache: parsed["prefix-cache"] !== false && parsed["cache-prompt"] !== false,
+    kvUnified: parsed["kv-unified"] === true,
+    cacheIdleSlots: parsed["cache-idle-slots"] !== false,
     verbose: parsed.verbose === true,
   };
   for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {

@@ -2,12 +2,15 @@
  * The engine contract: everything the HTTP app (app.ts), the engine profiles' formats and
  * /metrics (profiles/*, metrics.ts), /sim/state and the tests read from a simulated engine.
  *
- * Two engines implement it, and app.ts picks one per `--engine` profile:
+ * Two engines implement it, and app.ts picks one per `--engine` profile (the profile's
+ * `slotDefaults`, profiles/types.ts):
  * - `SimEngine` (engine.ts): one paged KV pool shared by every sequence, with block-hash
  *   prefix caching, as vLLM and SGLang have;
- * - the llama.cpp slot model (slots.ts): per-slot KV of n_ctx / n_parallel tokens, a slot
- *   chosen by prompt similarity, a host-RAM prompt cache. slots.ts implements this
- *   interface, including `slots()` and `perSlotContext`.
+ * - `SlotEngine` (slots.ts): llama-server's slots — per-slot KV of n_ctx / n_parallel
+ *   tokens (or one unified n_ctx), a slot chosen by prompt similarity, token-granular reuse,
+ *   a host-RAM prompt cache — for the llamacpp and ollama profiles. It also provides
+ *   `slots()` and `perSlotContext`.
+ * Both run on one fluid time model (fluid.ts).
  *
  * Nothing outside the engine files knows which engine it holds. Whatever a profile needs
  * beyond this (llama.cpp `timings`, SGLang's last-batch hit rate) it derives from the
@@ -16,8 +19,9 @@
  * - call `listener.onAdmit` once, at first admission, with `cachedTokens` and `prefixStop`
  *   final (the app holds a streamed response's headers until then), and count the stop in
  *   `stats.stop_<reason>_total`;
- * - decide `prefixStop` with a record of computed block hashes (computed-record.ts), cleared
- *   by `reset()`;
+ * - decide `prefixStop` with a record of what it computed, cleared by `reset()`: block
+ *   hashes for a block engine (computed-record.ts); slots.ts keeps its own record of
+ *   prefixes, since its token-granular hits end mid-block;
  * - take a generated token's text from `SubmitInput.output` when given;
  * - observe TTFT into a histogram with the `TTFT_BUCKETS` bounds (every family reads its own
  *   buckets out of it);
@@ -31,7 +35,14 @@
  * - `evicted`: the first missing block had been computed on this replica since the last
  *   reset and has been evicted since;
  * - `new`: the first missing block was never computed here (a template break, another
- *   prompt, new content).
+ *   prompt, new content);
+ * - `elsewhere` (slot engines only): the next token is still held on this replica, but not
+ *   where the engine lets this request use it — another slot (busy, or idle below the
+ *   similarity threshold), or a RAM-cache entry the restore rules pass over. Neither an
+ *   eviction (the prefix is still here) nor `new` (it was computed here): a router that
+ *   forgets the prefix on it is wrong, and one that expects a hit on it is too.
+ *
+ * A block engine reads "missing block", a slot engine "the token after the hit".
  */
 import type { EngineOptions } from "./options.ts";
 import type { Tokenizer } from "./tokenizer.ts";
@@ -40,7 +51,7 @@ export type FinishReason = "stop" | "length";
 /** Why a sequence ended: finished normally, its client went away, a fault closed it, or a reset. */
 export type EndReason = FinishReason | "cancelled" | "fault" | "reset";
 /** Why the prefix-cache hit stopped where it did (see the header). */
-export type PrefixStop = "full" | "evicted" | "new";
+export type PrefixStop = "full" | "evicted" | "new" | "elsewhere";
 
 export interface SequenceResult {
   reason: EndReason;
@@ -123,6 +134,7 @@ export interface EngineStats {
   stop_full_total: number;
   stop_evicted_total: number;
   stop_new_total: number;
+  stop_elsewhere_total: number;
 }
 
 export function zeroStats(): EngineStats {
@@ -141,6 +153,7 @@ export function zeroStats(): EngineStats {
     stop_full_total: 0,
     stop_evicted_total: 0,
     stop_new_total: 0,
+    stop_elsewhere_total: 0,
   };
 }
 

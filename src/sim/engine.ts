@@ -17,7 +17,7 @@
  * one timer, a new request, a cancel or a read), so a late timer never changes the result.
  */
 import { BlockPool, chainHash, rootHash, type BlockHash } from "./block-pool.ts";
-import { realClock, type Clock, type TimerHandle } from "./clock.ts";
+import { realClock, type Clock } from "./clock.ts";
 import { ComputedRecord } from "./computed-record.ts";
 import {
   TTFT_BUCKETS,
@@ -35,6 +35,7 @@ import {
   type SimSequence,
   type SubmitInput,
 } from "./engine-api.ts";
+import { EPS, FluidTimer, nextFluidEvent, runFluidUntil, type FluidHost } from "./fluid.ts";
 import type { EngineOptions } from "./options.ts";
 import { outputSeed, Tokenizer } from "./tokenizer.ts";
 
@@ -118,10 +119,6 @@ export class Histogram implements HistogramView {
   }
 }
 
-const EPS = 1e-9;
-/** Model seconds within which an event counts as due. */
-const DUE_SLACK_S = 1e-7;
-
 export class SimEngine implements SimEngineApi {
   readonly options: EngineOptions;
   readonly pool: BlockPool;
@@ -138,8 +135,17 @@ export class SimEngine implements SimEngineApi {
   private waiting: Sequence[] = [];
   private running: Sequence[] = [];
   private nextId = 1;
-  private timer: TimerHandle | undefined;
-  private timerAt = Infinity;
+  private readonly timer: FluidTimer;
+  private readonly fluid: FluidHost<Sequence> = {
+    running: () => this.running,
+    time: () => this.modelTime,
+    setTime: (t) => (this.modelTime = t),
+    onDue: () => {
+      this.processEvents();
+      this.drainEnds();
+      this.admit();
+    },
+  };
   private busy = false;
   private pendingEnds: Sequence[] = [];
   /** Bumped whenever blocks are released or cached, so a blocked queue head is retried only then. */
@@ -156,6 +162,7 @@ export class SimEngine implements SimEngineApi {
     this.tokenizer = new Tokenizer(options.charsPerToken);
     this.blockChars = options.blockTokens * options.charsPerToken;
     this.modelTime = this.modelNow();
+    this.timer = new FluidTimer(clock, options, () => this.sync());
   }
 
   get runningCount(): number {
@@ -261,9 +268,7 @@ export class SimEngine implements SimEngineApi {
   /** Stop the timer (the server is going away); running sequences end as "reset". */
   close(): void {
     this.reset();
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timer = undefined;
-    this.timerAt = Infinity;
+    this.timer.clear();
   }
 
   /** Observe every submitted sequence. Returns an unsubscribe. */
@@ -292,61 +297,7 @@ export class SimEngine implements SimEngineApi {
   private simulateUntil(target: number): void {
     this.drainEnds();
     this.admit();
-    for (let guard = 0; ; guard++) {
-      if (guard > 10_000_000) throw new Error("sim: scheduler made no progress");
-      const next = this.nextEvent();
-      // Events a hair past `target` are due: timers are whole milliseconds and floats are noisy.
-      if (next.at > target + DUE_SLACK_S) {
-        if (target > this.modelTime) this.advance(target - this.modelTime);
-        this.modelTime = Math.max(this.modelTime, target);
-        return;
-      }
-      this.advance(next.at - this.modelTime);
-      this.modelTime = next.at;
-      // The earliest event is due by definition: snap it, so float rounding (model time is
-      // large at tiny time scales, its ulp can exceed a whole event) cannot stall the loop.
-      if (next.seq?.state === "prefill") next.seq.prefillDone = next.seq.prefillWork;
-      else if (next.seq?.state === "decode") next.seq.decodeFrac = Math.max(next.seq.decodeFrac, 1);
-      this.processEvents();
-      this.drainEnds();
-      this.admit();
-    }
-  }
-
-  private rates(): { prefill: number; decode: number } {
-    let prefilling = 0;
-    for (const seq of this.running) if (seq.state === "prefill") prefilling++;
-    const o = this.options;
-    return {
-      prefill: prefilling === 0 ? 0 : o.prefillTps / prefilling,
-      decode: o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, this.running.length - 1)),
-    };
-  }
-
-  /** The earliest prefill completion or decode token, in model seconds (Infinity if idle). */
-  private nextEvent(): { at: number; prefill: boolean; seq?: Sequence } {
-    const { prefill, decode } = this.rates();
-    let best = Infinity;
-    let bestIsPrefill = false;
-    let bestSeq: Sequence | undefined;
-    for (const seq of this.running) {
-      const dt = seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) / prefill : Math.max(0, 1 - seq.decodeFrac) / decode;
-      if (dt < best) {
-        best = dt;
-        bestIsPrefill = seq.state === "prefill";
-        bestSeq = seq;
-      }
-    }
-    return { at: this.modelTime + best, prefill: bestIsPrefill, ...(bestSeq ? { seq: bestSeq } : {}) };
-  }
-
-  private advance(dt: number): void {
-    if (dt <= 0) return;
-    const { prefill, decode } = this.rates();
-    for (const seq of this.running) {
-      if (seq.state === "prefill") seq.prefillDone += dt * prefill;
-      else seq.decodeFrac += dt * decode;
-    }
+    runFluidUntil(target, this.fluid, this.options);
   }
 
   private processEvents(): void {
@@ -558,26 +509,6 @@ export class SimEngine implements SimEngineApi {
   }
 
   private armTimer(): void {
-    const next = this.nextEvent();
-    if (next.at === Infinity) {
-      if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-      this.timer = undefined;
-      this.timerAt = Infinity;
-      return;
-    }
-    let delayMs = Math.max(0, (next.at - this.modelNow()) * 1000 * this.options.timeScale);
-    // Decode tokens are coalesced (a few ms of real time); first tokens are timed exactly.
-    if (!next.prefill) delayMs = Math.max(delayMs, this.options.minTickMs);
-    // Round up (a timer firing early would find nothing due), minus float noise.
-    delayMs = Math.ceil(delayMs - 1e-6);
-    const at = this.clock.now() + delayMs;
-    if (this.timer !== undefined && this.timerAt === at) return;
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timerAt = at;
-    this.timer = this.clock.setTimer(delayMs, () => {
-      this.timer = undefined;
-      this.timerAt = Infinity;
-      this.sync();
-    });
+    this.timer.arm(nextFluidEvent(this.running, this.modelTime, this.options), this.modelNow());
   }
 }

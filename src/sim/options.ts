@@ -7,7 +7,7 @@
  */
 import { LlmrouteError } from "../errors.ts";
 import { isTemplateName, TEMPLATES, type TemplateName } from "./chat-templates.ts";
-import { DEFAULT_ENGINE, ENGINE_PROFILES, isEngineProfileName, type EngineProfileName } from "./profiles/index.ts";
+import { DEFAULT_ENGINE, ENGINE_PROFILES, engineProfile, isEngineProfileName, type EngineProfileName } from "./profiles/index.ts";
 
 /** The engine's knobs (camelCase here; kebab-case on the CLI; snake_case in /sim/state). */
 export interface EngineOptions {
@@ -39,6 +39,53 @@ export interface EngineOptions {
   minTickMs: number;
 }
 
+/**
+ * llama.cpp `llama-server`'s KV knobs, read by the slot engine (slots.ts) only, which runs
+ * the llamacpp and ollama profiles. Names and defaults are llama-server's own
+ * (common/arg.cpp, common/common.h at commit 80fb11a); a profile that starts llama-server
+ * with flags of its own overrides them (`slotDefaults`: Ollama's -np and -b,
+ * profiles/ollama.ts).
+ */
+export interface LlamaCppOptions {
+  /**
+   * `--parallel`: server slots. -1 = auto, llama-server's default (common/arg.cpp
+   * common_params_parser_init sets n_parallel = -1 for the server), which
+   * tools/server/server.cpp turns into 4 slots with a unified KV cache.
+   */
+  parallel: number;
+  /**
+   * `--kv-unified`: one KV buffer of n_ctx shared by every slot, each slot up to all of it
+   * (src/llama-context.cpp: n_ctx_seq = n_ctx); off = n_ctx / parallel tokens per slot.
+   * Default off, as in common.h; `parallel` -1 turns it on.
+   */
+  kvUnified: boolean;
+  /** `--cache-ram` MiB: the host-RAM prompt cache (common.h default 8192; -1 = no byte limit; 0 = off). */
+  cacheRam: number;
+  /**
+   * Bytes one token's saved state takes in that cache (llama_state_seq_get_size: the K and
+   * V rows of every layer). Default 57,344 = Qwen2.5-7B's f16 KV (28 layers × K+V × 4 KV
+   * heads × 128 dims × 2 bytes): the sim's prompts are Qwen2.5's ChatML, and a 7B f16 model
+   * on a 24 GB card leaves about the 3090 profile's 122,636 KV tokens. The tiny test model
+   * of ../shared/engines (4 layers × K+V × 256 × 2 bytes) takes 4,096.
+   */
+  cacheRamBytesPerToken: number;
+  /**
+   * GB/s of a prompt-cache save or restore (llama_state_seq_get_data / set_data copy the
+   * slot's KV between the card and host RAM). Default 10: a PCIe 4.0 ×16 copy to pageable
+   * host memory, an assumption (the CPU-only tiny model measured ~0.4–0.9 under load).
+   */
+  cacheRamGbps: number;
+  /** `--slot-prompt-similarity` (default 0.10; 0 = choose slots by LRU only). */
+  slotPromptSimilarity: number;
+  /** `--cache-idle-slots` (default on; needs the RAM cache): idle slots are saved to it when a task starts. */
+  cacheIdleSlots: boolean;
+  /**
+   * `--batch-size` (n_batch, common.h default 2048): prompt tokens one decode step takes,
+   * across slots. A request that arrives during a step joins at the next one.
+   */
+  batchSize: number;
+}
+
 /** Initial fault settings (all optional at runtime too, via POST /sim/faults). */
 export interface FaultOptions {
   /** Fail the next N generation requests with `failStatus`. */
@@ -57,14 +104,18 @@ export interface FaultOptions {
   startupDelayMs: number;
 }
 
-export interface SimOptions extends EngineOptions, FaultOptions {
+export interface SimOptions extends EngineOptions, FaultOptions, LlamaCppOptions {
   /** Replica name, shown in /sim/state, the readiness line and `x-sim-replica`. */
   name: string;
   /** The one served model id. */
   model: string;
   /** Profile whose values fill every option not given explicitly. */
   profile: ProfileName;
-  /** Which engine the replica imitates: usage fields, stream chunks, metrics, capacity and restart signals. */
+  /**
+   * Which engine the replica imitates: usage fields, stream chunks, metrics, capacity and
+   * restart signals, and its KV model (llamacpp and ollama run on llama-server's slots,
+   * slots.ts; the others on one shared block pool, engine.ts).
+   */
   engine: EngineProfileName;
   /** How chat histories are rendered (ChatML; or a template under which continuations stop being prefixes). */
   template: TemplateName;
@@ -116,6 +167,14 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   model: "sim-model",
   engine: DEFAULT_ENGINE,
   template: "chatml",
+  parallel: -1,
+  kvUnified: false,
+  cacheRam: 8192,
+  cacheRamBytesPerToken: 57_344,
+  cacheRamGbps: 10,
+  slotPromptSimilarity: 0.1,
+  cacheIdleSlots: true,
+  batchSize: 2048,
   timeScale: 1,
   prefixCache: true,
   minTickMs: 2,
@@ -130,16 +189,22 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   startupDelayMs: 0,
 };
 
-/** Profile values, then explicit options (undefined = not given), validated. */
+/**
+ * Profile values, then the engine's own defaults for its slots (an engine on llama-server's
+ * slots, profiles/*.ts `slotDefaults`), then explicit options (undefined = not given), validated.
+ */
 export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
   const profile = input.profile ?? DEFAULT_PROFILE;
   if (!(profile in PROFILES)) {
     throw new LlmrouteError("usage", `sim: unknown profile ${JSON.stringify(profile)}; known: ${Object.keys(PROFILES).join(", ")}`);
   }
   const given = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)) as Partial<SimOptions>;
-  const options: SimOptions = { ...BASE, ...PROFILES[profile], ...given, profile };
+  const engine = given.engine ?? BASE.engine;
+  const slotDefaults = isEngineProfileName(engine) ? engineProfile(engine).slotDefaults : undefined;
+  const options: SimOptions = { ...BASE, ...PROFILES[profile], ...slotDefaults, ...given, profile };
   const problems = validate(options);
   if (problems.length > 0) throw new LlmrouteError("usage", `sim: ${problems.join("; ")}`);
+  if (slotDefaults) return resolveSlots(options);
   const capacity = Math.floor(options.kvTokens / options.blockTokens) * options.blockTokens;
   options.maxModelLen = options.maxModelLen === 0 ? capacity : options.maxModelLen;
   if (options.maxModelLen > capacity) {
@@ -150,6 +215,35 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
     );
   }
   return options;
+}
+
+/**
+ * llama-server's slots: `parallel` -1 becomes 4 slots with a unified KV
+ * (tools/server/server.cpp main), and a request may use at most one slot's context.
+ */
+function resolveSlots(options: SimOptions): SimOptions {
+  if (options.parallel === -1) {
+    options.parallel = 4;
+    options.kvUnified = true;
+  }
+  const perSlot = slotContext(options);
+  options.maxModelLen = options.maxModelLen === 0 ? perSlot : options.maxModelLen;
+  if (options.maxModelLen > perSlot) {
+    throw new LlmrouteError("usage", `sim: max_model_len ${options.maxModelLen} exceeds llama.cpp's context per slot (${perSlot} tokens)`);
+  }
+  return options;
+}
+
+/**
+ * Tokens of KV one llama.cpp slot holds at most (llama_n_ctx_seq, src/llama-context.cpp
+ * llama_context::llama_context): n_ctx is padded to 256; unified, every slot may use all of
+ * it; otherwise n_ctx / parallel, padded to 256. (n_ctx_slot() in server-context.cpp also
+ * caps it at the model's training context, which the sim does not have.)
+ */
+export function slotContext(o: Pick<LlamaCppOptions, "parallel" | "kvUnified"> & Pick<EngineOptions, "kvTokens">): number {
+  const pad = (n: number) => Math.ceil(n / 256) * 256;
+  const nCtx = pad(o.kvTokens);
+  return o.kvUnified ? nCtx : pad(Math.floor(nCtx / o.parallel));
 }
 
 function validate(o: SimOptions): string[] {
@@ -190,6 +284,12 @@ function validate(o: SimOptions): string[] {
   need(isTemplateName(o.template), "template", o.template, `must be one of ${TEMPLATES.join(", ")}`);
   need(typeof o.model === "string" && o.model.length > 0, "model", o.model, "must be a non-empty string");
   need(Math.floor(o.kvTokens / o.blockTokens) >= 1, "kv-tokens", o.kvTokens, "must hold at least one block");
+  need(Number.isInteger(o.parallel) && (o.parallel >= 1 || o.parallel === -1), "parallel", o.parallel, "must be a positive integer or -1 (auto)");
+  need(Number.isInteger(o.cacheRam) && o.cacheRam >= -1, "cache-ram", o.cacheRam, "must be an integer MiB >= -1 (-1 = no limit, 0 = off)");
+  positiveInt("cacheRamBytesPerToken");
+  positiveInt("batchSize");
+  positive("cacheRamGbps");
+  need(Number.isFinite(o.slotPromptSimilarity) && o.slotPromptSimilarity >= 0 && o.slotPromptSimilarity <= 1, "slot-prompt-similarity", o.slotPromptSimilarity, "must be in 0..1");
   return problems;
 }
 

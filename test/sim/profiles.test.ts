@@ -7,7 +7,7 @@
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import type { StartSimOptions } from "../../src/sim/index.ts";
-import { metric, openai, rejection, scrape, sim, stopAll, words } from "./_helpers.ts";
+import { metric, nextEnd, nextSubmit, openai, rejection, scrape, sim, state, stopAll, words } from "./_helpers.ts";
 
 afterAll(stopAll);
 
@@ -184,7 +184,9 @@ describe("llamacpp (--metrics --slots)", () => {
     const usage = asked.chunks.at(-1)!;
     expect(Object.keys(usage)).toEqual(["choices", "created", "id", "model", "system_fingerprint", "object", "usage", "timings"]);
     expect(usage.choices).toEqual([]);
-    expect(usage.usage).toEqual({ completion_tokens: 3, prompt_tokens: 13, total_tokens: 16, prompt_tokens_details: { cached_tokens: 0 } });
+    // The first stream left the same prompt in its slot: all of it is reused but the last token,
+    // which is always computed (server-context.cpp pre_decode, [TAG_PROMPT_LOGITS]).
+    expect(usage.usage).toEqual({ completion_tokens: 3, prompt_tokens: 13, total_tokens: 16, prompt_tokens_details: { cached_tokens: 12 } });
     expect(asked.chunks.at(-2)).not.toHaveProperty("timings");
   });
 
@@ -197,10 +199,11 @@ describe("llamacpp (--metrics --slots)", () => {
   });
 
   it("capacity: /props, /slots and /v1/models in llama.cpp's shape; context overflow is 400 exceed_context_size_error", async () => {
+    // llama-server's default --parallel -1: 4 slots sharing one unified KV, each up to all of it.
     const s = await sim({ ...SMALL, engine: "llamacpp" });
     const props = (await (await fetch(`${s.url}/props`)).json()) as Json;
-    expect(props).toMatchObject({ total_slots: 1, default_generation_settings: { n_ctx: 4096 }, model_alias: "sim-model" });
-    expect(await (await fetch(`${s.url}/slots`)).json()).toEqual([{ id: 0, n_ctx: 4096, speculative: false, is_processing: false }]);
+    expect(props).toMatchObject({ total_slots: 4, default_generation_settings: { n_ctx: 4096 }, model_alias: "sim-model" });
+    expect(await (await fetch(`${s.url}/slots`)).json()).toEqual([0, 1, 2, 3].map((id) => ({ id, n_ctx: 4096, speculative: false, is_processing: false })));
     const models = (await (await fetch(`${s.url}/v1/models`)).json()) as Json;
     expect(models.models[0]).toMatchObject({ name: "sim-model", model: "sim-model" });
     expect(models.data[0]).toMatchObject({ id: "sim-model", object: "model", owned_by: "llamacpp", meta: { n_ctx: 4096 } });
@@ -216,6 +219,29 @@ describe("llamacpp (--metrics --slots)", () => {
     expect(await (await fetch(`${s.url}/nope`)).json()).toEqual({ error: { message: "File Not Found", type: "not_found_error", code: 404 } });
   });
 
+  it("/props, /slots and /metrics show the slot engine's slots: --parallel 2 splits -c, and a running request holds one slot", async () => {
+    const s = await sim({ ...SMALL, engine: "llamacpp", parallel: 2, kvTokens: 8192 });
+    const props = (await (await fetch(`${s.url}/props`)).json()) as Json;
+    expect(props).toMatchObject({ total_slots: 2, default_generation_settings: { n_ctx: 4096 } });
+    const controller = new AbortController();
+    const stream = await openai(s).chat.completions.create(
+      { model: "sim-model", messages: [{ role: "user", content: "keep going" }], max_tokens: 3_000, stream: true },
+      { signal: controller.signal },
+    );
+    await stream[Symbol.asyncIterator]().next();
+    // The first request takes the least recently used slot; llama.cpp's ties go to the last one.
+    expect(await (await fetch(`${s.url}/slots`)).json()).toEqual([
+      { id: 0, n_ctx: 4096, speculative: false, is_processing: false },
+      { id: 1, n_ctx: 4096, speculative: false, is_processing: true },
+    ]);
+    expect(metric(await scrape(s), "llamacpp:requests_processing")).toBe(1);
+    const ended = nextEnd(s);
+    controller.abort();
+    expect((await ended).reason).toBe("cancelled");
+    expect(((await (await fetch(`${s.url}/slots`)).json()) as Json[]).map((slot) => slot.is_processing)).toEqual([false, false]);
+    expect(metric(await scrape(s), "llamacpp:requests_processing")).toBe(0);
+  });
+
   it("/metrics: llama.cpp's names; Process-Start-Time-Unix is fixed for a process and differs for another", async () => {
     const a = await sim({ ...SMALL, engine: "llamacpp" });
     await openai(a).completions.create({ model: "x", prompt: words(300, "m"), max_tokens: 3 });
@@ -224,8 +250,9 @@ describe("llamacpp (--metrics --slots)", () => {
     const started = res.headers.get("process-start-time-unix");
     expect(started).toMatch(/^\d+$/);
     const text = await res.text();
-    expect(text).toContain("# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total 288\n");
-    expect(text).toContain("llamacpp:prompt_tokens_total 312\n"); // 300 + the uncached 12 of the repeat
+    // The repeat reuses its slot's 300 tokens but the last, which is always computed.
+    expect(text).toContain("# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total 299\n");
+    expect(text).toContain("llamacpp:prompt_tokens_total 301\n");
     expect(text).toContain("llamacpp:tokens_predicted_total 6\n");
     expect(text).toContain("llamacpp:n_tokens_max 303\n");
     expect(text).toContain("llamacpp:requests_processing 0\n");
@@ -251,6 +278,24 @@ describe("ollama", () => {
     expect(chunks.at(-2)!.choices).toEqual([{ index: 0, delta: {}, finish_reason: "length" }]);
     expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: 13, completion_tokens: 3, total_tokens: 16 } });
     expect(chunks.slice(0, -1).some((c) => "usage" in c)).toBe(false);
+  });
+
+  it("runs on llama-server's slots with Ollama's defaults: one slot (OLLAMA_NUM_PARALLEL 1), so a second request waits", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama" });
+    expect(s.app.options).toMatchObject({ parallel: 1, kvUnified: false, batchSize: 512, cacheRam: 8192 });
+    const controller = new AbortController();
+    const stream = await openai(s).chat.completions.create(
+      { model: "sim-model", messages: [{ role: "user", content: "keep going" }], max_tokens: 3_000, stream: true },
+      { signal: controller.signal },
+    );
+    await stream[Symbol.asyncIterator]().next();
+    const submitted = nextSubmit(s);
+    const second = openai(s).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "me next" }], max_tokens: 2 });
+    await submitted;
+    expect(await state(s)).toMatchObject({ max_seqs: 1, running: 1, waiting: 1 });
+    controller.abort();
+    expect((await second).choices[0]!.finish_reason).toBe("length");
+    expect(await state(s)).toMatchObject({ running: 0, waiting: 0, cancelled_total: 1, completed_total: 1 });
   });
 
   it("the Responses API reports cached_tokens 0 although the prefix was cached", async () => {

@@ -2,8 +2,10 @@
  * The real llama-server referees the sim's llamacpp profile (DESIGN decision 11): the same
  * requests to both, and the shapes a client or a router reads must agree — body and chunk
  * keys in order, where usage and timings ride with include_usage on and off, the /v1/models,
- * /props and /slots shapes, the /metrics names, the restart header, the overflow error.
- * Output text is random on the tiny model, so only shapes are compared.
+ * /props and /slots shapes, the /metrics names, the restart header, the overflow error — and
+ * so must the capacity a router reads: the slot engine started with the real server's
+ * `-c 8192 --parallel 2` shows the same slots with the same n_ctx. Output text is random on
+ * the tiny model, so only shapes are compared.
  *
  * Needs the prebuilt server and model (/work/shared/engines, see its README; override with
  * LLMROUTE_LLAMA_SERVER and LLMROUTE_LLAMA_MODEL). Missing, the test fails and says so.
@@ -71,7 +73,7 @@ function shape(value: unknown): unknown {
 
 describe("the llamacpp profile against a real llama-server", () => {
   it("agrees on bodies, chunks, capacity endpoints, metrics and the restart header", async () => {
-    [real, sim] = await Promise.all([startReal(), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192 })]);
+    [real, sim] = await Promise.all([startReal(), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, parallel: 2 })]);
     const urls = [real.url, sim.url] as const;
     const both = async <T>(f: (url: string) => Promise<T>): Promise<[T, T]> => [await f(urls[0]), await f(urls[1])];
     const chat = { messages: [{ role: "user", content: "hello there" }], max_tokens: 3 };
@@ -96,12 +98,17 @@ describe("the llamacpp profile against a real llama-server", () => {
     expect(sm.data[0].owned_by).toBe(rm.data[0].owned_by);
 
     const [rp, sp] = await both(async (u) => (await fetch(`${u}/props`)).json() as Promise<Json>);
+    // The same capacity: slots, and n_ctx per slot (8192 split in two, llama-context.cpp n_ctx_seq).
+    // (Before toMatchObject below: Bun 1.4.5's writes its expect.any() matchers into the object it reads.)
+    expect([sp.total_slots, sp.default_generation_settings.n_ctx]).toEqual([rp.total_slots, rp.default_generation_settings.n_ctx]);
     for (const p of [rp, sp]) expect(p).toMatchObject({ total_slots: expect.any(Number), default_generation_settings: { n_ctx: expect.any(Number) } });
     const [rs, ss] = await both(async (u) => (await fetch(`${u}/slots`)).json() as Promise<Json[]>);
     for (const key of ["id", "n_ctx", "is_processing"]) {
       expect(rs[0]).toHaveProperty(key);
       expect(ss[0]).toHaveProperty(key);
     }
+    const capacity = (slots: Json[]) => slots.map((s) => [s.id, s.n_ctx, s.is_processing]);
+    expect(capacity(ss)).toEqual(capacity(rs));
 
     const [rx, sx] = await both(async (u) => {
       const res = await fetch(`${u}/metrics`);

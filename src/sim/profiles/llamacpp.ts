@@ -42,8 +42,6 @@ import type { EngineProfile, ReplicaView } from "./types.ts";
 
 /** The prebuilt server's build info (`--version`: build 1, commit 80fb11a). */
 const BUILD_INFO = "b1-80fb11a";
-/** llama.cpp's default logical batch (`-b 2048`): one llama_decode per this many prompt tokens. */
-const N_BATCH = 2048;
 const N_VOCAB = 151_936;
 
 type U = Pick<SequenceResult, "promptTokens" | "completionTokens" | "cachedTokens">;
@@ -188,6 +186,8 @@ export const llamacppProfile: EngineProfile = {
   name: "llamacpp",
   family: "llamacpp",
   responsesState: "rejected",
+  // llama-server's slots with its own defaults (slots.ts; options.ts LlamaCppOptions).
+  slotDefaults: {},
   reasoningField: "reasoning_content",
   resolveModel: (_requested, served) => served,
   streamUsage: (so) => isRecord(so) && so.include_usage === true,
@@ -274,9 +274,12 @@ export const llamacppProfile: EngineProfile = {
   },
 };
 
-/** The llama_decode calls a finished sequence stands for, as if it never shared a batch. */
-export function decodeCallsOf(r: SequenceResult): number {
-  return Math.ceil((r.promptTokens - r.cachedTokens) / N_BATCH) + Math.max(0, r.completionTokens - 1);
+/**
+ * The llama_decode calls a finished sequence stands for, as if it never shared a batch: one
+ * per `nBatch` prompt tokens (the logical batch, `--batch-size`), one per later token.
+ */
+export function decodeCallsOf(r: SequenceResult, nBatch: number): number {
+  return Math.ceil((r.promptTokens - r.cachedTokens) / nBatch) + Math.max(0, r.completionTokens - 1);
 }
 
 /** server_task_result_metrics::to_metrics, counters then gauges; the throughput window resets per scrape. */

@@ -24,6 +24,15 @@
  *   anything else is gin's plain-text "404 page not found".
  * - a prompt longer than the context is truncated by Ollama (chat history trimmed to
  *   num_ctx); the sim refuses it with a 400 instead (it does not model truncation).
+ * - KV: GGUF models run on llama-server (commit 9db4bdbad "use llama-server exclusively for
+ *   GGML models"; the old runner/ollamarunner/cache.go is gone), so the replica runs on the
+ *   slot engine (slots.ts) with the flags Ollama starts it with — llm/llama_server.go
+ *   `startLlamaServer`: `-c num_ctx × numParallel -np numParallel` (an explicit -np: the KV is
+ *   split per slot, not unified), `-b num_batch` from `appendBatchArgs` (api/types.go
+ *   `DefaultOptions`: NumBatch 512), no `--cache-ram` (llama-server's default RAM prompt cache
+ *   stays on); server/sched.go `load`: numParallel = max(OLLAMA_NUM_PARALLEL, 1), and
+ *   envconfig/config.go `NumParallel` defaults to 1. Requests ask for `cache_prompt: true`
+ *   (`llamaServerChatRequest`). `--kv-tokens` is that `-c`.
  */
 import { ApiError } from "../_api-error.ts";
 import { anthropicBody, anthropicStream, responseObject, responsesStream, splitOutput, sseData, SSE_DONE, type FormatContext, type StreamFormat } from "../_formats.ts";
@@ -126,6 +135,8 @@ export const ollamaProfile: EngineProfile = {
   name: "ollama",
   family: "ollama",
   responsesState: "ignored",
+  // One slot, 512-token batches: how Ollama starts llama-server (see the header).
+  slotDefaults: { parallel: 1, batchSize: 512 },
   reasoningField: "reasoning",
   resolveModel(requested, served) {
     if (requested === undefined || requested === "") throw new ApiError(400, "model is required");

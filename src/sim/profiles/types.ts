@@ -10,7 +10,7 @@
 import type { ApiError } from "../_api-error.ts";
 import type { FormatContext, StreamFormat } from "../_formats.ts";
 import type { SequenceResult, SimEngineApi } from "../engine-api.ts";
-import type { SimOptions } from "../options.ts";
+import type { LlamaCppOptions, SimOptions } from "../options.ts";
 
 export const ENGINE_PROFILES = ["vllm", "vllm-details", "sglang", "llamacpp", "ollama"] as const;
 export type EngineProfileName = (typeof ENGINE_PROFILES)[number];
@@ -93,6 +93,13 @@ export interface EngineProfile {
   readonly family: EngineFamily;
   /** How `previous_response_id` is treated (vLLM/SGLang store; Ollama ignores; llama.cpp refuses). */
   readonly responsesState: ResponsesState;
+  /**
+   * The KV model. Absent: one paged block pool shared by every sequence (engine.ts), as vLLM
+   * and SGLang keep it. Present: llama-server's slots and host-RAM prompt cache (slots.ts),
+   * with these settings where the family starts llama-server differently from its own
+   * defaults (options.ts LlamaCppOptions); explicit options still win.
+   */
+  readonly slotDefaults?: Partial<LlamaCppOptions>;
   /** Name of the reasoning field in messages and deltas. */
   readonly reasoningField: "reasoning_content" | "reasoning";
   /**

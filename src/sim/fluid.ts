@@ -1,0 +1,144 @@
+/**
+ * The fluid time model both simulated engines run on (engine.ts: one vLLM-like block pool;
+ * slots.ts: llama.cpp's slots). Only the KV model differs between them; how time passes
+ * does not:
+ * - every sequence that is prefilling gets an equal share of `prefillTps`, so prefill work
+ *   is shared among the sequences prefilling at once;
+ * - a decoding sequence makes one token per `1 / (decodeTps / (1 + decodeBatchSlowdown ·
+ *   (running − 1)))` model seconds;
+ * - the engine processes events in model-time order up to "now" whenever it is woken, and
+ *   keeps one timer armed for the next event.
+ * Model seconds = real ms / 1000 / timeScale.
+ */
+import type { Clock, TimerHandle } from "./clock.ts";
+import type { SequenceState } from "./engine-api.ts";
+import type { EngineOptions } from "./options.ts";
+
+/** Relative tolerance under which a prefill counts as complete, a decode step as due. */
+export const EPS = 1e-9;
+/** Model seconds within which an event counts as due. */
+const DUE_SLACK_S = 1e-7;
+
+/** What the fluid model reads and advances on a running sequence. */
+export interface FluidSequence {
+  state: SequenceState;
+  /** Prefill work: uncached tokens plus cachedTokenCost × cached tokens. */
+  prefillWork: number;
+  prefillDone: number;
+  /** Progress towards the next decode token (1 = due). */
+  decodeFrac: number;
+}
+
+export type FluidOptions = Pick<EngineOptions, "prefillTps" | "decodeTps" | "decodeBatchSlowdown" | "timeScale" | "minTickMs">;
+
+export interface FluidEvent<S extends FluidSequence = FluidSequence> {
+  /** Model seconds (Infinity if nothing runs). */
+  at: number;
+  prefill: boolean;
+  seq?: S;
+}
+
+/** Per-sequence prefill and decode rates with these sequences running. */
+export function fluidRates(running: readonly FluidSequence[], o: FluidOptions): { prefill: number; decode: number } {
+  let prefilling = 0;
+  for (const seq of running) if (seq.state === "prefill") prefilling++;
+  return {
+    prefill: prefilling === 0 ? 0 : o.prefillTps / prefilling,
+    decode: o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, running.length - 1)),
+  };
+}
+
+/** The earliest prefill completion or decode token, in model seconds (Infinity if idle). */
+export function nextFluidEvent<S extends FluidSequence>(running: readonly S[], modelTime: number, o: FluidOptions): FluidEvent<S> {
+  const { prefill, decode } = fluidRates(running, o);
+  let best = Infinity;
+  let bestIsPrefill = false;
+  let bestSeq: S | undefined;
+  for (const seq of running) {
+    const dt = seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) / prefill : Math.max(0, 1 - seq.decodeFrac) / decode;
+    if (dt < best) {
+      best = dt;
+      bestIsPrefill = seq.state === "prefill";
+      bestSeq = seq;
+    }
+  }
+  return { at: modelTime + best, prefill: bestIsPrefill, ...(bestSeq ? { seq: bestSeq } : {}) };
+}
+
+/** Move every running sequence `dt` model seconds forward. */
+export function advanceFluid(running: readonly FluidSequence[], dt: number, o: FluidOptions): void {
+  if (dt <= 0) return;
+  const { prefill, decode } = fluidRates(running, o);
+  for (const seq of running) {
+    if (seq.state === "prefill") seq.prefillDone += dt * prefill;
+    else seq.decodeFrac += dt * decode;
+  }
+}
+
+/** The engine, as the event loop sees it. */
+export interface FluidHost<S extends FluidSequence> {
+  running(): readonly S[];
+  time(): number;
+  setTime(modelTime: number): void;
+  /** Handle the events now due (the loop has snapped the earliest one), then end and admit. */
+  onDue(): void;
+}
+
+/** Process events in model-time order up to `target` (model seconds). */
+export function runFluidUntil<S extends FluidSequence>(target: number, host: FluidHost<S>, o: FluidOptions): void {
+  for (let guard = 0; ; guard++) {
+    if (guard > 10_000_000) throw new Error("sim: scheduler made no progress");
+    const running = host.running();
+    const next = nextFluidEvent(running, host.time(), o);
+    // Events a hair past `target` are due: timers are whole milliseconds and floats are noisy.
+    if (next.at > target + DUE_SLACK_S) {
+      if (target > host.time()) advanceFluid(running, target - host.time(), o);
+      host.setTime(Math.max(host.time(), target));
+      return;
+    }
+    advanceFluid(running, next.at - host.time(), o);
+    host.setTime(next.at);
+    // The earliest event is due by definition: snap it, so float rounding (model time is
+    // large at tiny time scales, its ulp can exceed a whole event) cannot stall the loop.
+    if (next.seq?.state === "prefill") next.seq.prefillDone = next.seq.prefillWork;
+    else if (next.seq?.state === "decode") next.seq.decodeFrac = Math.max(next.seq.decodeFrac, 1);
+    host.onDue();
+  }
+}
+
+/** The engine's one timer: armed for the next event, re-armed only when that moves. */
+export class FluidTimer {
+  private timer: TimerHandle | undefined;
+  private timerAt = Infinity;
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly options: FluidOptions,
+    private readonly fire: () => void,
+  ) {}
+
+  /** Arm for `next` (model seconds), given the model time now. */
+  arm(next: FluidEvent, modelNow: number): void {
+    if (next.at === Infinity) return this.clear();
+    let delayMs = Math.max(0, (next.at - modelNow) * 1000 * this.options.timeScale);
+    // Decode tokens are coalesced (a few ms of real time); first tokens are timed exactly.
+    if (!next.prefill) delayMs = Math.max(delayMs, this.options.minTickMs);
+    // Round up (a timer firing early would find nothing due), minus float noise.
+    delayMs = Math.ceil(delayMs - 1e-6);
+    const at = this.clock.now() + delayMs;
+    if (this.timer !== undefined && this.timerAt === at) return;
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timerAt = at;
+    this.timer = this.clock.setTimer(delayMs, () => {
+      this.timer = undefined;
+      this.timerAt = Infinity;
+      this.fire();
+    });
+  }
+
+  clear(): void {
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timer = undefined;
+    this.timerAt = Infinity;
+  }
+}
