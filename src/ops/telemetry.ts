@@ -258,7 +258,7 @@ function healthWarning(r: Fleet["replicas"][number], now: number, intervalS: num
       ? `Failed requests took it out; when its health check (every ${intervalS} s) passes it turns half-open, and one trial request decides.`
       : `It is back in routing at the first health check that passes (every ${intervalS} s).`;
   const lost = r.cacheLost ? " Nothing listened on its port, so its cache went with the process: its prefixes are forgotten, and its conversations start cold where they go next." : "";
-  return [`down for ${age}: ${error.message}`, `down for ${age}: ${error.message}`, `Requests for its models go to the other replicas that serve them. ${back}${lost}`];
+  return [`down for ${age}: ${error.message}`, `down for ${age}: ${error.message}`, `Requests for its models go to the other replicas that serve them (to all of them, this one included, while none is up: panic mode). ${back}${lost}`];
 }
 
 /**
@@ -380,22 +380,22 @@ export function kvView(r: Replica, evidence: CapacityEvidence): {
   const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
   let contradiction: string | undefined;
   let finding: { line: string; details: string } | undefined;
-  const fix = `Set this replica's kv_tokens in router.toml near that figure and the warning goes.`;
+  const fix = (to: string) => `Set this replica's kv_tokens in router.toml ${to} and the warning goes.`;
   const { lowerTokens: lower, upperTokens: upper } = evidence;
   if (configured !== null && upper !== undefined && upper < 0.8 * configured) {
     const line = `kv_tokens ${fmt(configured)} is more than this card holds`;
     const why = `the engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}`;
     contradiction = `${line}: ${why}`;
-    finding = { line, details: `The engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}. ${fix}` };
+    finding = { line, details: `The engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}. ${fix("near that figure")}` };
   } else if (configured !== null && lower !== undefined && lower > 1.25 * configured) {
     const line = `kv_tokens ${fmt(configured)} is less than this card holds`;
     contradiction = `${line}: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
-    finding = { line, details: `The engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}. ${fix}` };
+    finding = { line, details: `The engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}. ${fix("near that figure")}` };
   } else if (configured !== null && published && published.from !== "/props" && configured > 1.2 * published.tokens) {
     // (A kv_tokens below the engine's own is the operator's choice, e.g. room kept for running sequences.)
     const line = `kv_tokens ${fmt(configured)} is more than the engine's own ${fmt(published.tokens)}`;
     contradiction = `${line} (${published.from}); the router assumes ${fmt(published.tokens)}`;
-    finding = { line, details: `The engine publishes ${fmt(published.tokens)} tokens of KV (${published.from}); the router assumes ${fmt(published.tokens)}. ${fix.replace("near that figure", "at or below it")}` };
+    finding = { line, details: `The engine publishes ${fmt(published.tokens)} tokens of KV (${published.from}); the router assumes ${fmt(published.tokens)}. ${fix("at or below it")}` };
   }
   return {
     configured,
