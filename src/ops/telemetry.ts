@@ -4,11 +4,11 @@
  */
 import pkg from "../../package.json" with { type: "json" };
 import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
-import type { Config } from "../config.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import type { CapacityEvidence, Router } from "../route/router.ts";
+import { DEFAULT_METRICS_PATH, type Config } from "../config.ts";
 import { missingFacts } from "../engines/discover.ts";
 import { Registry } from "./prom.ts";
 import { duration } from "./table.ts";
@@ -128,24 +128,48 @@ export class Telemetry {
     const { config, fleet, router, capacity, startedAt, cluster } = this.live();
     const clusterStatus = cluster?.status(now);
     const readings = new Map(capacity.readings.map((c) => [c.replica, c]));
+    const findings: Finding[] = [];
     const replicas = fleet.replicas.map((r): ReplicaStatus => {
       const stats = router.index.replicaStats(r.name);
       const cap = readings.get(r.name);
       const prompt = this.promptTokens.get({ replica: r.name });
       const cached = this.cachedTokens.get({ replica: r.name });
       const warnings: string[] = [];
-      if (cap?.over && cap.finding) warnings.push(cap.finding);
-      if (r.state !== "up" && r.lastError) warnings.push(healthWarning(r, now));
+      // Each warning twice: its text as /status always gave it (`llmroute status`, scripts),
+      // and structured, a short line with its details apart (the dashboard's list).
+      const warn = (kind: FindingKind, text: string, line = text, details: string | null = null) => {
+        warnings.push(text);
+        findings.push({ id: `${r.name}/${kind}`, replica: r.name, kind, line, details });
+      };
+      if (cap?.over && cap.finding) warn("capacity", cap.finding, cap.finding, cap.advice ?? null);
+      if (r.state !== "up" && r.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {
-        warnings.push(
+        warn(
+          "cache_off",
           `reported no cached tokens on ${truth.misses} requests the index expected cached: its prefix cache may be off or unreported (check with llmroute probe); the index is not corrected from its reports`,
+          `prefix cache may be off: no cached tokens on ${truth.misses} requests expected cached`,
+          `The index expected a cached prefix on ${truth.misses} requests here and the engine reported none: its prefix cache may be off, or it does not report cached tokens. Check with llmroute probe --replica ${r.name} (a long prompt sent twice: a working cache answers the second far sooner). Until it reports a hit, the index is not corrected from its reports.`,
         );
       }
       const kv = kvView(r, truth.capacity);
-      if (kv.contradiction) warnings.push(kv.contradiction);
-      if (r.engine?.error) warnings.push(`engine metrics: ${r.engine.error}`);
-      else if (r.engine && r.engine.missing.length > 0) warnings.push(`engine metrics missing: ${r.engine.missing.join(", ")}`);
+      if (kv.contradiction) warn("kv_tokens", kv.contradiction, kv.finding!.line, kv.finding!.details);
+      const metricsAt = r.engine ? ` The last read: ${duration(Math.max(0, now - r.engine.at) / 1000)} ago, from ${r.config.url}${r.config.metrics || DEFAULT_METRICS_PATH}.` : "";
+      if (r.engine?.error) {
+        warn(
+          "engine_metrics",
+          `engine metrics: ${r.engine.error}`,
+          `engine metrics: ${r.engine.error}`,
+          `The router reads the engine's /metrics at each health check.${metricsAt} Without them it sees neither the engine's queue nor its KV use, and cannot tell a restart of the engine from its counters.`,
+        );
+      } else if (r.engine && r.engine.missing.length > 0) {
+        warn(
+          "engine_metrics",
+          `engine metrics missing: ${r.engine.missing.join(", ")}`,
+          `engine metrics missing: ${r.engine.missing.join(", ")}`,
+          `The engine's /metrics answered${r.engine.family ? ` as ${r.engine.family}` : ""} without a value for ${r.engine.missing.join(", ")}: the router leaves ${r.engine.missing.length === 1 ? "it" : "them"} unknown rather than guessing.${metricsAt}`,
+        );
+      }
       return {
         name: r.name,
         url: r.config.url,
@@ -209,6 +233,7 @@ export class Telemetry {
       replicas,
       cluster: clusterStatus ?? null,
       warnings: [...replicas.flatMap((r) => r.warnings.map((w) => `${r.name}: ${w}`)), ...(clusterStatus?.warnings.map((w) => `cluster: ${w}`) ?? [])],
+      findings: [...findings, ...(clusterStatus ? clusterFindings(clusterStatus, now) : [])],
     };
   }
 }
@@ -216,12 +241,53 @@ export class Telemetry {
 /**
  * A replica out of routing, with how long: "down for 3m05s: health check: connection
  * refused"; a half-open one says when it was demoted and why, and that a request decides.
+ * [text as /status gives it, short line, details]
  */
-function healthWarning(r: Fleet["replicas"][number], now: number): string {
+function healthWarning(r: Fleet["replicas"][number], now: number, intervalS: number): [string, string, string] {
   const error = r.lastError!;
   const age = duration((now - (r.downSince ?? error.at)) / 1000);
-  if (r.state === "half-open") return `half-open: demoted ${age} ago (${error.message}); its health check passes again, so its next request is a trial`;
-  return `down for ${age}: ${error.message}`;
+  if (r.state === "half-open") {
+    return [
+      `half-open: demoted ${age} ago (${error.message}); its health check passes again, so its next request is a trial`,
+      `half-open: demoted ${age} ago (${error.message})`,
+      "Its health check passes again, so the next request sent there is a trial: its success brings the replica back into routing, a failure takes it down again.",
+    ];
+  }
+  const back =
+    r.demotedBy === "requests"
+      ? `Failed requests took it out; when its health check (every ${intervalS} s) passes it turns half-open, and one trial request decides.`
+      : `It is back in routing at the first health check that passes (every ${intervalS} s).`;
+  const lost = r.cacheLost ? " Nothing listened on its port, so its cache went with the process: its prefixes are forgotten, and its conversations start cold where they go next." : "";
+  return [`down for ${age}: ${error.message}`, `down for ${age}: ${error.message}`, `Requests for its models go to the other replicas that serve them (to all of them, this one included, while none is up: panic mode). ${back}${lost}`];
+}
+
+/**
+ * The cluster's warnings come from the cluster as finished sentences; their details are the
+ * cluster's own state. The id leaves out the figures (counts, times) that change while the
+ * warning lasts, so a detail the reader opened stays open.
+ */
+function clusterFindings(c: ClusterStatus, now: number): Finding[] {
+  const peers = c.instances.filter((i) => !i.self).map((i) => `${i.name} (heard ${duration(i.last_heartbeat_ms / 1000)} ago)`);
+  const state = [
+    `This instance, ${c.instances.find((i) => i.self)?.name ?? c.name}, shares routing state through Redis ${c.redis}: ${c.state} for ${duration(Math.max(0, now - Date.parse(c.since)) / 1000)}${c.last_error ? ` (last error: ${c.last_error})` : ""}.`,
+    peers.length ? `Other instances: ${peers.join(", ")}.` : "No other instance seen.",
+    `Backlog: ${c.backlog_events} events; events sent ${c.events.sent}, applied ${c.events.applied}, dropped ${c.events.dropped}.`,
+  ].join(" ");
+  return c.warnings.map((w) => ({ id: `cluster/${w.replace(/\d[\d,.:TZ-]*/g, "#")}`, replica: null, kind: "cluster", line: w, details: state }));
+}
+
+export type FindingKind = "capacity" | "health" | "cache_off" | "kv_tokens" | "engine_metrics" | "cluster";
+
+/** One warning of /status, structured: a short line, and its details apart (the dashboard opens them on demand). */
+export interface Finding {
+  /** Stable while the condition lasts: "gpu0/capacity", "cluster/…". */
+  id: string;
+  /** The replica it is about; null for the cluster's. */
+  replica: string | null;
+  kind: FindingKind;
+  line: string;
+  /** Why, and what helps; null when the line says all there is. */
+  details: string | null;
 }
 
 export interface ReplicaStatus {
@@ -288,7 +354,13 @@ export interface StatusDocument {
   replicas: ReplicaStatus[];
   /** The router instances sharing state through Redis; null without [cluster]. */
   cluster: ClusterStatus | null;
+  /** One line each, "<replica>: …" or "cluster: …" (for `llmroute status` and scripts). */
   warnings: string[];
+  /**
+   * The same warnings structured, in the same order, one each: the line apart from its
+   * details. Absent from routers before it, which `llmroute status` may be reading.
+   */
+  findings?: Finding[];
 }
 
 /**
@@ -300,24 +372,35 @@ export function kvView(r: Replica, evidence: CapacityEvidence): {
   published: { tokens: number; from: string } | null;
   evidence: { lower_tokens: number | null; upper_tokens: number | null };
   contradiction?: string;
+  /** The contradiction as a short line and its details. */
+  finding?: { line: string; details: string };
 } {
   const configured = r.config.kv_tokens > 0 ? r.config.kv_tokens : null;
   const published = r.facts?.capacity ? { tokens: r.facts.capacity.kvTokens, from: r.facts.capacity.source } : null;
   const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
   let contradiction: string | undefined;
+  let finding: { line: string; details: string } | undefined;
+  const fix = (to: string) => `Set this replica's kv_tokens in router.toml ${to} and the warning goes.`;
   const { lowerTokens: lower, upperTokens: upper } = evidence;
   if (configured !== null && upper !== undefined && upper < 0.8 * configured) {
-    contradiction = `kv_tokens ${fmt(configured)} is more than this card holds: the engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}`;
+    const line = `kv_tokens ${fmt(configured)} is more than this card holds`;
+    const why = `the engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}`;
+    contradiction = `${line}: ${why}`;
+    finding = { line, details: `The engine evicted prefixes after ~${fmt(upper)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? upper)}. ${fix("near that figure")}` };
   } else if (configured !== null && lower !== undefined && lower > 1.25 * configured) {
-    contradiction = `kv_tokens ${fmt(configured)} is less than this card holds: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
+    const line = `kv_tokens ${fmt(configured)} is less than this card holds`;
+    contradiction = `${line}: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
+    finding = { line, details: `The engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}. ${fix("near that figure")}` };
   } else if (configured !== null && published && published.from !== "/props" && configured > 1.2 * published.tokens) {
     // (A kv_tokens below the engine's own is the operator's choice, e.g. room kept for running sequences.)
-    contradiction = `kv_tokens ${fmt(configured)} is more than the engine's own ${fmt(published.tokens)} (${published.from}); the router assumes ${fmt(published.tokens)}`;
+    const line = `kv_tokens ${fmt(configured)} is more than the engine's own ${fmt(published.tokens)}`;
+    contradiction = `${line} (${published.from}); the router assumes ${fmt(published.tokens)}`;
+    finding = { line, details: `The engine publishes ${fmt(published.tokens)} tokens of KV (${published.from}); the router assumes ${fmt(published.tokens)}. ${fix("at or below it")}` };
   }
   return {
     configured,
     published,
     evidence: { lower_tokens: lower ?? null, upper_tokens: upper ?? null },
-    ...(contradiction ? { contradiction } : {}),
+    ...(contradiction ? { contradiction, finding } : {}),
   };
 }

@@ -8,7 +8,8 @@ import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import type { DashboardData } from "../../src/ops/dashboard/data.ts";
 import type { RouteReason } from "../../src/route/policy.ts";
-import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
+import { startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -105,4 +106,53 @@ describe("/dashboard", () => {
     expect(hits.prompt_tokens).toBe(last[1]!.prompt_tokens! + last[2]!.prompt_tokens!);
     expect(ttft.map((t) => [t.replica, t.n])).toEqual([[last[1]!.replica!, 2]]);
   });
+
+  it("lists every warning of /status as a short line with its details apart, one for one and in the same order", async () => {
+    // gpu0: prefix caching off, and a kv_tokens six times the KV its engine publishes; gpu1: killed.
+    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0", ["--no-prefix-cache"]), startSimProc("gpu1")]);
+    const router = await startRouterProc([{ ...gpu0, extra: "kv_tokens = 24576\n" }, gpu1], { toml: `[health]\ninterval = "1s"\n` });
+    await gpu1.kill("SIGKILL");
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+    // Down by an active check, which found nothing listening: its cache is declared lost.
+    await until(async () => (await status()).replicas[1]!.state === "down", "gpu1 down", 15_000);
+    const client = router.client();
+    const messages = [
+      { role: "system" as const, content: `${crypto.randomUUID()} ${"shared instructions for every request ".repeat(60)}` },
+      { role: "user" as const, content: "go" },
+    ];
+    for (let i = 0; i < 10; i++) await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 });
+
+    const d = (await (await fetch(`${router.url}/dashboard/data`)).json()) as DashboardData;
+    expect(d.findings).toEqual([
+      {
+        id: "gpu0/cache_off",
+        replica: "gpu0",
+        kind: "cache_off",
+        line: "prefix cache may be off: no cached tokens on 9 requests expected cached",
+        details: expect.stringContaining("Check with llmroute probe --replica gpu0"),
+      },
+      {
+        id: "gpu0/kv_tokens",
+        replica: "gpu0",
+        kind: "kv_tokens",
+        line: "kv_tokens 24,576 is more than the engine's own 4,096",
+        details: "The engine publishes 4,096 tokens of KV (vllm:cache_config_info); the router assumes 4,096. Set this replica's kv_tokens in router.toml at or below it and the warning goes.",
+      },
+      {
+        id: "gpu1/health",
+        replica: "gpu1",
+        kind: "health",
+        line: expect.stringMatching(/^down for \d+s: health check: connection refused$/),
+        details: expect.stringContaining("It is back in routing at the first health check that passes (every 1 s). Nothing listened on its port, so its cache went with the process"),
+      },
+    ]);
+    // The text form is unchanged for `llmroute status` and scripts: one warning per finding, same order.
+    expect(d.warnings.map((w) => w.split(": ")[0])).toEqual(["gpu0", "gpu0", "gpu1"]);
+    expect(d.warnings[0]).toStartWith("gpu0: reported no cached tokens on 9 requests the index expected cached: its prefix cache may be off");
+    expect(d.warnings[1]).toBe("gpu0: kv_tokens 24,576 is more than the engine's own 4,096 (vllm:cache_config_info); the router assumes 4,096");
+    expect(d.warnings[2]).toBe(`gpu1: ${d.findings[2]!.line}`);
+    // /status carries the same structure.
+    const s = await status();
+    expect(s.findings?.map((f) => f.id)).toEqual(["gpu0/cache_off", "gpu0/kv_tokens", "gpu1/health"]);
+  }, 30_000);
 });

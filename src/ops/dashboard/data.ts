@@ -6,7 +6,7 @@
  * not grow with the index.
  */
 import type { RecentSnapshot } from "../recent.ts";
-import type { ReplicaStatus, StatusDocument, Telemetry } from "../telemetry.ts";
+import type { Finding, ReplicaStatus, StatusDocument, Telemetry } from "../telemetry.ts";
 
 export interface DashboardReplica extends ReplicaStatus {
   /** In an over-budget episode (the warning is up; clears under 90 % of kv_tokens). */
@@ -17,6 +17,8 @@ export interface DashboardData extends Omit<StatusDocument, "replicas"> {
   /** ms since the epoch, the router's clock. */
   now: number;
   replicas: DashboardReplica[];
+  /** The warnings as the page lists them: a short line each, details on demand. */
+  findings: Finding[];
   recent: RecentSnapshot;
 }
 
@@ -28,6 +30,7 @@ export function dashboardData(telemetry: Telemetry, now: number): DashboardData 
   return {
     ...status,
     now,
+    findings: status.findings ?? [],
     replicas: status.replicas.map((r) => ({ ...r, capacity_exceeded: over.has(r.name) })),
     // Replicas removed by a reload keep samples until the window passes; show the fleet's.
     recent: { ...recent, ttft: recent.ttft.filter((t) => names.has(t.replica)) },
