@@ -173,7 +173,7 @@ describe.concurrent("a replica's prefixes are forgotten only on evidence its cac
     // the engine loses its cache and its counters, as a restarted process does
     await fetch(`${gpu0.url}/sim/reset`, { method: "POST" });
     const lost = await until(() => logRecords(router, "replica cache lost: forgetting its prefixes")[0], "the restart noticed");
-    expect(lost.reason).toMatch(/^engine restarted: vllm:prompt_tokens_total went back from \d+ to 0$/);
+    expect(lost.reason).toMatch(/^engine restarted: vllm:prefix_cache_queries_total went back from \d+ to 0$/);
     expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", conversations: 0, cache_losses: 1 });
     expect((await c.turn(client)).route).toBe("spread");
   });
