@@ -156,7 +156,7 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
     out.ladder = rungSummary(-1, others.filter((s) => (s.rung ?? 0) >= 1));
   }
   if (arm.bursts.length > 0) out.burstWall = summarize(arm.bursts.map((b) => b.wallMs));
-  if (arm.warnings) out.capacityWarnings = arm.warnings.filter((w) => w.includes("kv_tokens"));
+  if (arm.warnings) out.capacityWarnings = arm.warnings.filter((w) => /working set ~|conversations active on/.test(w));
   if (arm.sim) {
     out.preemptions = arm.sim.preemptions;
     out.evictedBlocks = arm.sim.evictedBlocks;

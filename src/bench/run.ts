@@ -175,7 +175,11 @@ export async function runArm(
   try {
     const driven = await DRIVERS[workload](ctx, options);
     const result: ArmResult = { arm: name, samples: driven.samples, bursts: driven.bursts ?? [], wallMs: ctx.now() };
-    if (arm.status) result.warnings = (await arm.status()).warnings;
+    if (arm.status) {
+      const status = await arm.status();
+      // The capacity findings (kind "capacity"), in the words /status warns with.
+      result.warnings = status.findings ? status.findings.filter((f) => f.kind === "capacity").map((f) => `${f.replica}: ${f.line}`) : status.warnings;
+    }
     const sim = await target.simTotals();
     if (sim) result.sim = sim;
     return result;

@@ -141,7 +141,7 @@ describe("mixed, shared and capacity on two sims", () => {
     expect(summary.perGroup?.length).toBe(3);
     expect(summary.warm?.n).toBe(3);
     expect(summary.capacityWarnings?.length).toBeGreaterThanOrEqual(1);
-    expect(summary.capacityWarnings![0]).toMatch(/% of kv_tokens 122,636: the engine evicts and re-prefills/);
+    expect(summary.capacityWarnings![0]).toMatch(/% of the engine's KV 122,624: the engine evicts and re-prefills/);
     const oracle = out.summaries.find((w) => w.workload === "capacity")!.arms.find((a) => a.arm === "oracle")!;
     expect(oracle.capacityWarnings).toBeUndefined();
   });
