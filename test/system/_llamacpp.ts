@@ -127,7 +127,7 @@ export async function startLlamaReplicas(n: number, options: Omit<LlamaReplicaOp
   return Promise.all(Array.from({ length: n }, (_, i) => startLlamaReplica({ ...rest, name: `${prefix}${i}` })));
 }
 
-/** Poll /health until 200: llama-server answers 503 while it loads (server-http.cpp middleware). */
+/** Poll /health until 200: llama-server answers 503 "Loading model" until then (tools/server/server-http.cpp, middleware_server_state). */
 async function waitHealthy(url: string, proc: Proc, name: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let exited: number | null = null;
