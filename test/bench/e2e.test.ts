@@ -271,7 +271,7 @@ describe("llmroute demo", () => {
     expect(stdout).toContain(`HTML report (charts): ${report}`);
     expect((await Bun.file(report).text()).startsWith("<!doctype html>")).toBe(true);
     await rm(report);
-  }, 30_000);
+  });
 });
 
 describe("--config: the user's own replicas", () => {

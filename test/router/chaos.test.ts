@@ -66,7 +66,7 @@ describe("a replica SIGKILLed under 200 concurrent requests over 3 replicas", ()
     // what was queued on gpu1 (and what arrived before it was known dead) moved elsewhere
     expect(logRecords(router, "failover").filter((r) => r.replica === "gpu1").length).toBeGreaterThan(0);
     expect(logRecords(router, "replica down").map((r) => r.replica)).toEqual(["gpu1"]);
-  }, 60_000); // a generous ceiling: a loaded CI machine, not a timed assertion
+  });
 });
 
 describe.concurrent("a replica restarted", () => {
@@ -99,7 +99,7 @@ describe.concurrent("a replica restarted", () => {
     const spread = await Promise.all([0, 1].map((i) => client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `new ${i}` }], max_tokens: 1 }).withResponse()));
     expect(spread.map((s) => s.response.headers.get("x-llmroute-replica")).sort()).toEqual(["gpu0", "gpu1"]);
     expect((await second.state()).requests_total).toBeGreaterThan(0);
-  }, 60_000); // a generous ceiling: a loaded CI machine, not a timed assertion
+  });
 });
 
 describe.concurrent("health flapping", () => {
