@@ -1,15 +1,25 @@
 /**
- * Faults under load, with real processes: a replica SIGKILLed under 200 concurrent
- * requests, a replica restarted, a replica whose health flaps. What the clients see, and
- * where conversations go.
+ * Faults under load: a replica process SIGKILLed under 200 concurrent requests, a replica
+ * restarted, a replica whose health flaps. What the clients see, and where conversations
+ * go. The router runs in this process (what is tested is its routing) except under the
+ * 200 requests: Bun's fetch runs at most 256 requests at once per process (docs:
+ * runtime/networking/fetch), and the clients' and the router's upstream requests would
+ * share them. Replicas are processes where one is killed, in-process sims elsewhere
+ * (stopping one closes its port and every connection, as a dead process does).
  */
 import { afterAll, describe, expect, it } from "bun:test";
-import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startRouterProc, startSimInProcess, startSimProc, until } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-// Processes are killed once, at the end: the restart and flapping tests run concurrently.
+// Everything is stopped once, at the end: the restart and flapping tests run concurrently.
 afterAll(killAll);
+
+/**
+ * Active checks often enough for a test to see a replica go and come back, with a timeout a
+ * loaded machine's healthy replica always meets: a check that times out demotes at once.
+ */
+const WATCHED = `[health]\ninterval = "1s"\ntimeout = "900ms"\n`;
 
 
 /** How often a conversation changed replica. */
@@ -71,20 +81,20 @@ describe("a replica SIGKILLed under 200 concurrent requests over 3 replicas", ()
 
 describe.concurrent("a replica restarted", () => {
   it("its conversations move once, to a live replica, and stay there after it is back", async () => {
-    const [gpu0, first] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const port = new URL(first.url).port;
+    const [gpu0, first] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const port = Number(new URL(first.url).port);
     // down replicas are re-checked at the health interval (at most every 2 s)
-    const router = await startRouterProc([gpu0, first], { toml: `[health]\ninterval = "300ms"\ntimeout = "200ms"\n` });
+    const router = await startRouterInProcess([gpu0, first], { toml: WATCHED });
     const client = router.client();
     const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);
     expect(conversations.map((c) => c.replicas[0])).toEqual(["gpu0", "gpu1", "gpu0", "gpu1", "gpu0", "gpu1"]);
 
-    await first.kill("SIGKILL");
+    await first.stop();
     for (const c of conversations) expect((await c.turn(client)).replica).toBe("gpu0");
     // the refused active check is the evidence its cache is gone
     await until(() => logRecords(router, "replica cache lost: forgetting its prefixes")[0], "gpu1's cache declared lost");
-    const second = await startSimProc("gpu1", ["--port", port]);
+    const second = await startSimInProcess("gpu1", { port });
     await until(async () => ((await (await fetch(`${router.url}/health`)).json()) as { healthy: string[] }).healthy.includes("gpu1"), "gpu1 back");
 
     for (let round = 0; round < 2; round++) {
@@ -104,19 +114,20 @@ describe.concurrent("a replica restarted", () => {
 
 describe.concurrent("health flapping", () => {
   it("does not bounce conversations: those untouched stay with their cache, one served during a flap moves once", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: WATCHED });
     const client = router.client();
     const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);
     const state = async () => ((await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string }[] }).replicas[0]!.state;
 
     for (let flap = 0; flap < 3; flap++) {
-      // /health and the API answer 503 "Loading model" for 300 ms
-      await gpu0.faults({ startup_delay_ms: 300 });
+      // /health and the API answer 503 "Loading model" until told otherwise
+      await gpu0.faults({ startup_delay_ms: 600_000 });
       await until(async () => (await state()) === "down", "gpu0 down");
       // one of gpu0's conversations has a turn while it is down: it moves to gpu1
       if (flap === 0) expect((await conversations[0]!.turn(client)).replica).toBe("gpu1");
+      await gpu0.faults({ startup_delay_ms: 0 });
       await until(async () => (await state()) === "half-open", "gpu0 half-open");
     }
     for (let round = 0; round < 2; round++) {

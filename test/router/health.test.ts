@@ -1,5 +1,6 @@
 /**
- * Health that tells a blip from a death, with real sim processes: a failed request counts,
+ * Health that tells a blip from a death, with real sims and a real router on loopback
+ * ports (in this process: what is tested is routing, not a process): a failed request counts,
  * only a refused connection, a failed active check or `health.failures` in a row demote;
  * a demoted replica comes back through one trial request (half-open); an all-down pool is
  * routed to anyway (panic mode); prefixes are forgotten only on evidence that the cache
@@ -9,17 +10,23 @@ import { afterAll, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { logRecords, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-// Each test starts its own processes and they run concurrently (mostly waiting on
-// deadlines and health checks), so processes are killed once, at the end.
+// Each test starts its own fleet and they run concurrently (mostly waiting on health
+// checks), so everything is stopped once, at the end.
 afterAll(killAll);
 
-const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
-const replicaStatus = async (router: RouterProc, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
-const metric = async (router: RouterProc, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
+/**
+ * Active checks often enough for a test to see a replica go and come back, with a timeout a
+ * loaded machine's healthy replica always meets: a check that times out demotes at once.
+ */
+const WATCHED = `[health]\ninterval = "1s"\ntimeout = "900ms"\n`;
+
+const status = async (router: Router) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+const replicaStatus = async (router: Router, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
+const metric = async (router: Router, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
 
 
 const oneShot = (client: OpenAI, i: number) =>
@@ -27,8 +34,8 @@ const oneShot = (client: OpenAI, i: number) =>
 
 describe.concurrent("a blip is not a death", () => {
   it("one 503 fails the request over but leaves the replica up, and its ten pinned conversations stay where their cache is", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     const client = router.client();
     const conversations = Array.from({ length: 10 }, (_, i) => conversation(`c${i}`));
     const home = new Map<number, string>();
@@ -56,8 +63,8 @@ describe.concurrent("a blip is not a death", () => {
   });
 
   it("one 503 on each replica: that request gets 503, the next ones are served at once", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     await Promise.all([gpu0.faults({ fail_next: 1 }), gpu1.faults({ fail_next: 1 })]);
     const client = router.client();
     expect(await oneShot(client, 0).catch((e) => e.status)).toBe(503);
@@ -66,8 +73,8 @@ describe.concurrent("a blip is not a death", () => {
   });
 
   it("health.failures 502/503/504 in a row demote; the client never sees them", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "60s"\nfailures = 3\n` });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: `[health]\ninterval = "60s"\nfailures = 3\n` });
     await gpu0.faults({ fail_next: 3, fail_status: 502 });
     const client = router.client();
     const faulted = async () => (await gpu0.state()).faulted_total as number;
@@ -84,8 +91,8 @@ describe.concurrent("a blip is not a death", () => {
 
 describe.concurrent("panic mode", () => {
   it("every replica down (a health path that 404s): requests go to all of them, counted; the startup log says why each is down", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([
       { ...gpu0, extra: `health_path = "/nope"\n` },
       { ...gpu1, extra: `health_path = "/nope"\n` },
     ]);
@@ -109,29 +116,32 @@ describe.concurrent("panic mode", () => {
 });
 
 describe.concurrent("half-open recovery", () => {
-  const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`;
+  const flap = WATCHED;
 
-  async function demotedByCheck(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
-    // /health (and the API) answer 503 "Loading model" for a moment: the active check demotes at once
-    await sim.faults({ startup_delay_ms: 400 });
+  async function demotedByCheck(router: Router, sim: LocalSim) {
+    // /health (and the API) answer 503 "Loading model" until told otherwise: the active check demotes at once
+    await sim.faults({ startup_delay_ms: 600_000 });
     await until(async () => (await replicaStatus(router, sim.name)).state === "down", `${sim.name} down`);
+    await sim.faults({ startup_delay_ms: 0 });
     await until(async () => (await replicaStatus(router, sim.name)).state === "half-open", `${sim.name} half-open`);
   }
 
   it("a replica whose check passes again gets one trial request; while it runs, others go elsewhere; its success brings the replica back", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: flap });
     const client = router.client();
     const pinned = conversation("pinned");
     expect((await pinned.turn(client)).replica).toBe("gpu0");
     await demotedByCheck(router, gpu0);
 
-    // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten), slowly
-    await gpu0.faults({ stall_ms: 600, stall_next: 1 });
+    // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten),
+    // and is held there until the others have been routed
+    await gpu0.faults({ stall_ms: 600_000, stall_next: 1 });
     const trial = pinned.turn(client);
     await until(async () => (await replicaStatus(router, "gpu0")).inflight === 1, "the trial in flight");
     const others = await Promise.all([1, 2, 3].map((i) => oneShot(client, i)));
     expect(others.map((o) => o.response.headers.get("x-llmroute-replica"))).toEqual(["gpu1", "gpu1", "gpu1"]);
+    await gpu0.faults({ stall_ms: 0 });
     expect(await trial).toMatchObject({ replica: "gpu0", route: "pin" });
     expect((await trial).cached).toBeGreaterThan(0);
     expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", conversations: 1 });
@@ -139,8 +149,8 @@ describe.concurrent("half-open recovery", () => {
   });
 
   it("a failed trial sends the replica back down at once; the request itself fails over", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: flap });
     const client = router.client();
     const pinned = conversation("pinned");
     await pinned.turn(client);
@@ -154,13 +164,13 @@ describe.concurrent("half-open recovery", () => {
 
 describe.concurrent("a replica's prefixes are forgotten only on evidence its cache is gone", () => {
   it("its engine's counters went back (a restart between two checks): forgotten, and its conversations start afresh", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc(
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess(
       [
         { ...gpu0, extra: "metrics = true\n" },
         { ...gpu1, extra: "metrics = true\n" },
       ],
-      { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` },
+      { toml: WATCHED },
     );
     const client = router.client();
     const c = conversation("restart");
@@ -187,8 +197,8 @@ describe.concurrent("a replica's prefixes are forgotten only on evidence its cac
           : Response.json({ status: "ok" }),
     });
     try {
-      const router = await startRouterProc([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
-        toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`,
+      const router = await startRouterInProcess([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
+        toml: WATCHED,
       });
       await until(async () => (await replicaStatus(router, "vllm0")).engine?.at !== undefined, "a scrape");
       expect(logRecords(router, "replica cache lost: forgetting its prefixes")).toHaveLength(0);
