@@ -5,7 +5,7 @@
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { formatStatus } from "../../src/commands/status.ts";
 import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
-import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
@@ -129,8 +129,8 @@ describe("formatStatus: KV per model", () => {
 
 describe("where status looks", () => {
   it("--config needs only the address: env: secrets that are not exported do not stop it", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0]);
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0]);
     const dir = await tempDir("llmroute-status-");
     const listen = router.url.replace("http://", "");
     await Bun.write(
@@ -152,8 +152,8 @@ describe("where status looks", () => {
   });
 
   it("pointed at the API port while admin_listen is set, it says where the admin surface is", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
     const [, admin] = await router.waitFor(/"admin":"(http:\/\/[^"]+)"/);
     const { code, stderr } = await runCli(["status", "--url", router.url]);
     expect(code).toBe(2);
