@@ -134,6 +134,13 @@ export async function startRouterInProcess(replicas: ReplicaSpec[], options: { t
   };
 }
 
+/**
+ * [health] for a test that must see active checks take a replica down and bring it back:
+ * often enough to be quick, with a timeout a healthy replica on a loaded machine always
+ * meets (a check that times out demotes at once: 150 ms did not, at load 12).
+ */
+export const WATCHED_HEALTH = `[health]\ninterval = "1s"\ntimeout = "900ms"\n`;
+
 export function routerToml(replicas: ReplicaSpec[], extra = ""): string {
   // A long health interval: these tests must see passive (request-driven) failure detection.
   const head = /^\[health\]/m.test(extra) ? "" : `[health]\ninterval = "60s"\n`;

@@ -27,7 +27,8 @@ beforeAll(async () => {
     `[server]\nlisten = "127.0.0.1:0"\nmax_body = "1MiB"\n[health]\ninterval = "60s"\n[[replica]]\nname = "gpu0"\nurl = "${sim.url}"\n`,
     "bad-input.toml",
   );
-  router = await startRouter(config, { log, bodyTimeoutMs: 500 });
+  // A body deadline the slow-loris case meets quickly, and a whole body sent at once never does.
+  router = await startRouter(config, { log, bodyTimeoutMs: 2_000 });
   port = router.port;
 });
 afterAll(async () => {

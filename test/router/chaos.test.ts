@@ -8,18 +8,12 @@
  * (stopping one closes its port and every connection, as a dead process does).
  */
 import { afterAll, describe, expect, it } from "bun:test";
-import { logRecords, startRouterInProcess, startRouterProc, startSimInProcess, startSimProc, until } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startRouterProc, startSimInProcess, startSimProc, until, WATCHED_HEALTH } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 // Everything is stopped once, at the end: the restart and flapping tests run concurrently.
 afterAll(killAll);
-
-/**
- * Active checks often enough for a test to see a replica go and come back, with a timeout a
- * loaded machine's healthy replica always meets: a check that times out demotes at once.
- */
-const WATCHED = `[health]\ninterval = "1s"\ntimeout = "900ms"\n`;
 
 
 /** How often a conversation changed replica. */
@@ -84,7 +78,7 @@ describe.concurrent("a replica restarted", () => {
     const [gpu0, first] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
     const port = Number(new URL(first.url).port);
     // down replicas are re-checked at the health interval (at most every 2 s)
-    const router = await startRouterInProcess([gpu0, first], { toml: WATCHED });
+    const router = await startRouterInProcess([gpu0, first], { toml: WATCHED_HEALTH });
     const client = router.client();
     const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);
@@ -115,7 +109,7 @@ describe.concurrent("a replica restarted", () => {
 describe.concurrent("health flapping", () => {
   it("does not bounce conversations: those untouched stay with their cache, one served during a flap moves once", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
-    const router = await startRouterInProcess([gpu0, gpu1], { toml: WATCHED });
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: WATCHED_HEALTH });
     const client = router.client();
     const conversations = Array.from({ length: 6 }, (_, i) => conversation(`c${i}`, 40));
     for (const c of conversations) await c.turn(client);

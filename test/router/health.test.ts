@@ -10,19 +10,13 @@ import { afterAll, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalSim, type Router } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, until, WATCHED_HEALTH, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 // Each test starts its own fleet and they run concurrently (mostly waiting on health
 // checks), so everything is stopped once, at the end.
 afterAll(killAll);
-
-/**
- * Active checks often enough for a test to see a replica go and come back, with a timeout a
- * loaded machine's healthy replica always meets: a check that times out demotes at once.
- */
-const WATCHED = `[health]\ninterval = "1s"\ntimeout = "900ms"\n`;
 
 const status = async (router: Router) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
 const replicaStatus = async (router: Router, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
@@ -116,7 +110,7 @@ describe.concurrent("panic mode", () => {
 });
 
 describe.concurrent("half-open recovery", () => {
-  const flap = WATCHED;
+  const flap = WATCHED_HEALTH;
 
   async function demotedByCheck(router: Router, sim: LocalSim) {
     // /health (and the API) answer 503 "Loading model" until told otherwise: the active check demotes at once
@@ -170,7 +164,7 @@ describe.concurrent("a replica's prefixes are forgotten only on evidence its cac
         { ...gpu0, extra: "metrics = true\n" },
         { ...gpu1, extra: "metrics = true\n" },
       ],
-      { toml: WATCHED },
+      { toml: WATCHED_HEALTH },
     );
     const client = router.client();
     const c = conversation("restart");
@@ -198,7 +192,7 @@ describe.concurrent("a replica's prefixes are forgotten only on evidence its cac
     });
     try {
       const router = await startRouterInProcess([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
-        toml: WATCHED,
+        toml: WATCHED_HEALTH,
       });
       await until(async () => (await replicaStatus(router, "vllm0")).engine?.at !== undefined, "a scrape");
       expect(logRecords(router, "replica cache lost: forgetting its prefixes")).toHaveLength(0);
