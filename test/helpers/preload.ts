@@ -1,7 +1,9 @@
 /**
  * Preloaded by bunfig.toml into every test run (the whole suite or one file):
- * - every test's and hook's timeout is TEST_TIMEOUT_MS, sized for a loaded machine
- *   (Bun's default is 5 s; bunfig.toml cannot set it in Bun 1.4);
+ * - the timeout of every test and hook is TEST_TIMEOUT_MS, sized for a loaded machine
+ *   (Bun's default is 5 s). Bun 1.4 keeps setDefaultTimeout for the first file only and
+ *   has no bunfig key for it, so `npm test` also passes `--timeout` with the same number
+ *   (test/suite.test.ts checks they agree); this line covers `npx bun test one.test.ts`;
  * - after every test file has run, the tests' temp dirs are removed.
  */
 import { afterAll, setDefaultTimeout } from "bun:test";

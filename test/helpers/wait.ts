@@ -15,10 +15,10 @@
 export const WAIT_MS = 30_000;
 
 /**
- * Every test's and hook's timeout (set by the preload, test/helpers/preload.ts, with
- * bun:test's setDefaultTimeout: bunfig.toml has no such key in Bun 1.4). Larger than a
- * few WAIT_MS, so a missing event fails with its own message first. At load 15 the
- * slowest test took 16 s; on a quiet machine 6 s.
+ * Every test's and hook's timeout: `npm test` passes it as `bun test --timeout` (Bun 1.4
+ * has no bunfig key for it), and the preload (test/helpers/preload.ts) sets it for a
+ * single file run directly. Larger than a few WAIT_MS, so a missing event fails with its
+ * own message first. At load 15 the slowest test took 16 s; on a quiet machine 6 s.
  */
 export const TEST_TIMEOUT_MS = 120_000;
 
