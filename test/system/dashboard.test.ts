@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
 import axe from "axe-core";
 import OpenAI from "openai";
-import { startRouterProc, startSimProc, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { startRouterProc, startSimProc, WATCHED_HEALTH, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { launchBrowser, watchedPage, type Browser, type WatchedPage } from "./_browser.ts";
 
@@ -33,10 +33,10 @@ beforeAll(async () => {
     // Active checks every second: a replica that dies while idle is noticed without traffic.
     // The seed's plain rule places cold conversations by the counter alone, so the scene below
     // (a card pushed over its KV) is the same on every run; the default would avoid it.
-    { toml: `[routing]\npolicy = "hybrid-plain"\n[health]\ninterval = "1s"\n` },
+    { toml: `[routing]\npolicy = "hybrid-plain"\n${WATCHED_HEALTH}` },
   );
   tab = await watchedPage(browser, router.url);
-}, 60_000);
+});
 
 afterAll(async () => {
   await browser?.close();
@@ -74,7 +74,7 @@ describe("the dashboard in a browser", () => {
     expect(await text("#last td")).toEqual(["No requests yet."]);
     expect(await tab.page.title()).toBe("llmroute · 3/3 healthy");
     expect(tab.errors).toEqual([]);
-  }, 15_000);
+  });
 
   it("follows traffic: served counts, last requests, routes, hit rate, TTFT and the capacity wall", async () => {
     expect(await servedTotal()).toBe(0);
@@ -103,25 +103,25 @@ describe("the dashboard in a browser", () => {
     expect(first).toEqual(["chat", "sim-model", expect.stringMatching(/^gpu[0-2]$/), "spread"]);
 
     // The capacity readings refresh every 2 s on the router; wait for the shared card to cross the wall.
-    const over = await tab.page.waitForFunction(() => document.querySelector("#replicas .note.warn")?.closest("article")?.getAttribute("data-replica"), undefined, { timeout: 10_000 });
+    const over = await tab.page.waitForFunction(() => document.querySelector("#replicas .note.warn")?.closest("article")?.getAttribute("data-replica"));
     const name = await over.jsonValue();
     expect(await tab.page.locator(`[data-replica="${name}"] .bar.over`).count()).toBe(1);
     expect(await tab.page.locator("#warnings").isVisible()).toBe(true);
     expect(await tab.page.locator("#warning-list li").first().textContent()).toStartWith(`${name}: working set ~`);
     expect(tab.errors).toEqual([]);
-  }, 30_000);
+  });
 
   it("shows a killed replica as down within a few seconds (and takes the README's screenshot)", async () => {
     const gpu2 = sims[2]!;
     await gpu2.kill("SIGKILL");
-    await tab.page.waitForFunction(() => document.querySelector('[data-replica="gpu2"] [data-health]')?.textContent === "down", undefined, { timeout: 8_000 });
+    await tab.page.waitForFunction(() => document.querySelector('[data-replica="gpu2"] [data-health]')?.textContent === "down");
     expect(await tab.page.locator('[data-replica="gpu2"] .note.err').textContent()).toContain("connection refused");
     expect(await tab.page.title()).toBe("⚠ llmroute · 2/3 healthy");
     expect(await text("#replicas [data-health]")).toEqual(["up", "up", "down"]);
     // The README's picture: traffic, the capacity wall crossed, and a replica down.
     await tab.page.screenshot({ path: SCREENSHOT, fullPage: true });
     expect(tab.errors).toEqual([]);
-  }, 15_000);
+  });
 
   it("fits a phone's width without sideways scrolling of the page", async () => {
     await tab.page.setViewportSize({ width: 390, height: 844 });
@@ -129,7 +129,7 @@ describe("the dashboard in a browser", () => {
     const overflow = await tab.page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     expect(overflow).toBe(0);
     await tab.page.setViewportSize({ width: 1280, height: 900 });
-  }, 10_000);
+  });
 
   it("passes axe-core's WCAG 2.1 AA checks (contrast, names, structure) in light and dark, on a laptop and a phone", async () => {
     // CDP's evaluate is not subject to the page's CSP, which would refuse an injected script.
@@ -146,7 +146,7 @@ describe("the dashboard in a browser", () => {
     await tab.page.setViewportSize({ width: 1280, height: 900 });
     await tab.page.emulateMedia({ colorScheme: "light" });
     expect(found).toEqual([]);
-  }, 20_000);
+  });
 
   it("made no request to any host but the router", () => {
     const origin = new URL(router.url).origin;
@@ -181,5 +181,5 @@ describe("a router with server.api_keys", () => {
     expect(t.errors.length).toBe(2);
     expect(t.foreign).toEqual([]);
     await t.page.close();
-  }, 20_000);
+  });
 });
