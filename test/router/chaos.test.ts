@@ -21,10 +21,16 @@ const moves = (replicas: string[]) => replicas.filter((r, i) => i > 0 && r !== r
 
 describe("a replica SIGKILLed under 200 concurrent requests over 3 replicas", () => {
   it("no client error for any request that was not yet streaming; streams in flight on it end with an error event", async () => {
-    // 20 ms a token (20 per request), 16 sequences per replica: ~67 requests each, most of them queued when the kill comes
-    const sims = await Promise.all(["gpu0", "gpu1", "gpu2"].map((name) => startSimProc(name, ["--decode-tps", "50"])));
+    // ~67 requests each. gpu1, the one killed, decodes 5 tokens a second (4 s a request) and
+    // runs 8 at once: when the kill comes, its streams are seconds from their end and the
+    // rest of its share is queued, however slowly a loaded machine got them there. The
+    // others decode 50 a second, so the failed-over work is done quickly.
+    const sims = await Promise.all(
+      ["gpu0", "gpu1", "gpu2"].map((name) => startSimProc(name, name === "gpu1" ? ["--decode-tps", "5", "--max-seqs", "8"] : ["--decode-tps", "50"])),
+    );
     const router = await startRouterProc(sims);
     const client = router.client();
+    /** Streams whose first byte arrived and whose end has not, per replica. */
     const streamingOn = new Map<string, number>();
     type Result = { stream: boolean; replica?: string; ok: boolean; error?: string; tokens: number };
 
@@ -49,11 +55,13 @@ describe("a replica SIGKILLed under 200 concurrent requests over 3 replicas", ()
         return { ...result, ok: true };
       } catch (e) {
         return { ...result, ok: false, error: String(e) };
+      } finally {
+        if (result.replica) streamingOn.set(result.replica, streamingOn.get(result.replica)! - 1);
       }
     };
 
     const all = Promise.all(Array.from({ length: 200 }, (_, i) => one(i)));
-    await until(async () => (streamingOn.get("gpu1") ?? 0) >= 3 && (await sims[1]!.state()).waiting >= 6, "streams from gpu1 under way, and a queue there");
+    await until(async () => (streamingOn.get("gpu1") ?? 0) >= 3 && (await sims[1]!.state()).waiting >= 6, "streams from gpu1 flowing, and a queue there");
     await sims[1]!.kill("SIGKILL");
     const results = await all;
 
