@@ -7,6 +7,6 @@ import { expect, it } from "bun:test";
 import pkg from "../package.json" with { type: "json" };
 import { TEST_TIMEOUT_MS } from "./helpers/wait.ts";
 
-it.each(["test", "test:system"] as const)("`npm run %s` passes --timeout TEST_TIMEOUT_MS to bun test", (script) => {
+it.each(["test", "test:system", "test:files"] as const)("`npm run %s` passes --timeout TEST_TIMEOUT_MS to bun test", (script) => {
   expect(pkg.scripts[script]).toMatch(new RegExp(`\\bbun test --timeout ${TEST_TIMEOUT_MS}\\b`));
 });
