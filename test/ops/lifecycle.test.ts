@@ -223,7 +223,8 @@ describe("lifecycle", () => {
     expect(await first.exited).toBe(0);
     expect(logRecords(first, "saved routing state")[0]!.entries).toBeGreaterThan(0);
 
-    const second = await startRouterProc([gpu0, gpu1], { toml });
+    // the successor reads the file at start: a process adds nothing here
+    const second = await startRouterInProcess([gpu0, gpu1], { toml });
     expect(logRecords(second, "restored routing state")[0]!.entries).toBeGreaterThan(0);
     convo.grow(1);
     const turn2 = await second.client().chat.completions.create({ model: "sim-model", messages: convo.messages, max_tokens: 1 }).withResponse();
