@@ -16,7 +16,7 @@ beforeAll(async () => {
   exe = `${dir}/llmroute`;
   const build = Bun.spawn([process.execPath, "build.ts", "--outfile", exe], { cwd: root, stdout: "pipe", stderr: "pipe" });
   expect(await build.exited).toBe(0);
-}, 60_000);
+});
 afterAll(() => procs.forEach((p) => p.kill("SIGKILL")));
 
 async function run(args: string[], cwd = "/tmp") {

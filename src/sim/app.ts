@@ -234,17 +234,19 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     return { parsed, model, promptTokens, maxTokens, finishReason, reply };
   }
 
-  function waitReal(ms: number, signal: AbortSignal): Promise<boolean> {
+  /** The stall fault: true when it is over (its time passed, or stall_ms was cleared), false if the client left. */
+  function stall(ms: number, signal: AbortSignal): Promise<boolean> {
     return new Promise((resolve) => {
       if (signal.aborted) return resolve(false);
-      const onAbort = () => {
+      const end = (over: boolean) => {
         clock.clearTimer(timer);
-        resolve(false);
-      };
-      const timer = clock.setTimer(ms, () => {
         signal.removeEventListener("abort", onAbort);
-        resolve(true);
-      });
+        unsubscribe();
+        resolve(over);
+      };
+      const onAbort = () => end(false);
+      const timer = clock.setTimer(ms, () => end(true));
+      const unsubscribe = faults.onStallCleared(() => end(true));
       signal.addEventListener("abort", onAbort, { once: true });
     });
   }
@@ -268,7 +270,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       throw error;
     }
     const stallMs = faults.takeStall();
-    if (stallMs > 0 && !(await waitReal(stallMs, request.signal))) {
+    if (stallMs > 0 && !(await stall(stallMs, request.signal))) {
       return new Response(null, { status: 499, headers: baseHeaders });
     }
     const failStatus = faults.takeFailure();

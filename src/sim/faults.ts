@@ -5,7 +5,9 @@
  *   error body, before any generation. Setting it replaces the remaining count.
  * - `stall_ms: M` — wait M real (unscaled) ms before the first byte of a generation
  *   response; applies to every request until cleared with 0, or only to the next
- *   `stall_next` requests when that is given.
+ *   `stall_next` requests when that is given. Clearing it also lets the requests stalled
+ *   now go on, so a test can hold a request for as long as it needs and then release it
+ *   (`stall_ms: 600000`, …, `stall_ms: 0`) instead of guessing how long is enough.
  * - `close_after_chunks: K` — the next streaming response is cut (connection destroyed,
  *   sequence stopped, KV freed) after K SSE events; K = 0 destroys it before any byte.
  *   Applies to the next `close_next` streaming requests (default 1; -1 = all until
@@ -28,6 +30,7 @@ export class Faults {
   closeAfterChunks: number;
   closeNext: number;
   readyAtMs: number;
+  private readonly stalled = new Set<() => void>();
 
   constructor(options: FaultOptions, clock: Clock) {
     this.clock = clock;
@@ -57,6 +60,18 @@ export class Faults {
     if (this.stallMs <= 0 || this.stallNext === 0) return 0;
     if (this.stallNext > 0) this.stallNext--;
     return this.stallMs;
+  }
+
+  /** Call `release` if stall_ms is cleared before this request's stall is over; returns an unsubscribe. */
+  onStallCleared(release: () => void): () => void {
+    this.stalled.add(release);
+    return () => this.stalled.delete(release);
+  }
+
+  private releaseStalled(): void {
+    const waiting = [...this.stalled];
+    this.stalled.clear();
+    for (const release of waiting) release();
   }
 
   /** SSE events after which this streaming response is cut (consuming one `close_next`), -1 = never. */
@@ -94,6 +109,7 @@ export class Faults {
     if (stallMs !== undefined) {
       this.stallMs = stallMs;
       this.stallNext = stallNext ?? -1;
+      if (stallMs === 0) this.releaseStalled();
     } else if (stallNext !== undefined) this.stallNext = stallNext;
     if (closeAfter !== undefined) {
       this.closeAfterChunks = closeAfter;
@@ -111,6 +127,7 @@ export class Faults {
     this.closeAfterChunks = -1;
     this.closeNext = 1;
     this.readyAtMs = this.clock.now();
+    this.releaseStalled();
   }
 
   snapshot() {

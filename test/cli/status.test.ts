@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { formatStatus } from "../../src/commands/status.ts";
 import type { ClusterStatus } from "../../src/cluster/cluster.ts";
 import type { ReplicaStatus, StatusDocument } from "../../src/ops/telemetry.ts";
-import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
@@ -181,8 +181,8 @@ describe("formatStatus: the cluster (issue 20, item 16)", () => {
 
 describe("where status looks", () => {
   it("--config needs only the address: env: secrets that are not exported do not stop it", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0]);
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0]);
     const dir = await tempDir("llmroute-status-");
     const listen = router.url.replace("http://", "");
     await Bun.write(
@@ -198,8 +198,8 @@ describe("where status looks", () => {
   });
 
   it("a router with server.api_keys: the error names --api-key and LLMROUTE_API_KEY, a refused key is never echoed (issue 20, item 15)", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\napi_keys = ["env:STATUS_KEY"]\n`, env: { STATUS_KEY: "right-key-7f3a" } });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\napi_keys = ["env:STATUS_KEY"]\n`, env: { STATUS_KEY: "right-key-7f3a" } });
     const env = { LLMROUTE_API_KEY: "" };
     const none = await runCli(["status", "--url", router.url], { env });
     expect(none.code).toBe(2);
@@ -222,8 +222,8 @@ describe("where status looks", () => {
   });
 
   it("pointed at the API port while admin_listen is set, it says where the admin surface is", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
     const [, admin] = await router.waitFor(/"admin":"(http:\/\/[^"]+)"/);
     const { code, stderr } = await runCli(["status", "--url", router.url]);
     expect(code).toBe(2);

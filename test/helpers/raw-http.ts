@@ -4,6 +4,7 @@
  * and a client that sends raw bytes and returns the raw response.
  */
 import { connect } from "node:net";
+import { WAIT_MS } from "./wait.ts";
 
 export interface RawRequest {
   /** The request line and header lines as received, without the final blank line. */
@@ -79,7 +80,7 @@ export interface RawResult {
  * closes, or `timeoutMs`.
  */
 export function rawExchange(port: number, data: string | Uint8Array | (string | Uint8Array)[], options: { timeoutMs?: number; gapMs?: number } = {}): Promise<RawResult> {
-  const { timeoutMs = 5_000, gapMs = 0 } = options;
+  const { timeoutMs = WAIT_MS, gapMs = 0 } = options;
   return new Promise((resolve) => {
     const socket = connect({ host: "127.0.0.1", port });
     let received = Buffer.alloc(0);

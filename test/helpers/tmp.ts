@@ -1,6 +1,6 @@
 /**
  * Temporary directories for tests, removed after the whole run (bunfig.toml preloads
- * ./cleanup.ts, whose afterAll is global), so a run leaves nothing behind in /tmp.
+ * ./preload.ts, whose afterAll is global), so a run leaves nothing behind in /tmp.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

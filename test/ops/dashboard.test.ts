@@ -1,5 +1,5 @@
 /**
- * /dashboard over HTTP with real processes: where it is served (API listener, admin
+ * /dashboard over HTTP, router and sims in this process: where it is served (API listener, admin
  * listener), how keys protect its data but not the static page, what the page may load,
  * and what its data says after traffic — never prompt text or keys. The page itself in a
  * browser is tested in test/system/dashboard.test.ts.
@@ -9,7 +9,7 @@ import type OpenAI from "openai";
 import type { DashboardData } from "../../src/ops/dashboard/data.ts";
 import type { RouteReason } from "../../src/route/policy.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess, until, WATCHED_HEALTH } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -17,8 +17,8 @@ afterAll(killAll);
 
 describe("/dashboard", () => {
   it("is one self-contained page under 50 KB that may load nothing but its own data", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0]);
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0]);
     const res = await fetch(`${router.url}/dashboard`);
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toBe("text/html; charset=utf-8");
@@ -42,8 +42,8 @@ describe("/dashboard", () => {
   });
 
   it("with server.api_keys the page is served but its data needs the key", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\napi_keys = ["env:DASH_KEY"]\n`, env: { DASH_KEY: "dash-secret-3" } });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\napi_keys = ["env:DASH_KEY"]\n`, env: { DASH_KEY: "dash-secret-3" } });
     expect((await fetch(`${router.url}/dashboard`)).status).toBe(200);
     const refused = await fetch(`${router.url}/dashboard/data`);
     expect(refused.status).toBe(401);
@@ -55,8 +55,8 @@ describe("/dashboard", () => {
   });
 
   it("moves to the admin listener with server.admin_listen", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
     const [, admin] = await router.waitFor(/"admin":"(http:\/\/[^"]+)"/);
     expect((await fetch(`${router.url}/dashboard`)).status).toBe(404);
     expect((await fetch(`${router.url}/dashboard/data`)).status).toBe(404);
@@ -65,8 +65,8 @@ describe("/dashboard", () => {
   });
 
   it("its data follows traffic: replicas, last requests, routes, hits, TTFT; no prompt text", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1].map((s) => ({ ...s, extra: "kv_tokens = 4096\n" })));
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1].map((s) => ({ ...s, extra: "kv_tokens = 4096\n" })));
     const client = router.client();
     const secret = `SECRET-${crypto.randomUUID()}`;
     const messages: OpenAI.ChatCompletionMessageParam[] = [
@@ -109,12 +109,12 @@ describe("/dashboard", () => {
 
   it("lists every warning of /status as a short line with its details apart, one for one and in the same order", async () => {
     // gpu0: prefix caching off, and a kv_tokens six times the KV its engine publishes; gpu1: killed.
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0", ["--no-prefix-cache"]), startSimProc("gpu1")]);
-    const router = await startRouterProc([{ ...gpu0, extra: "kv_tokens = 24576\n" }, gpu1], { toml: `[health]\ninterval = "1s"\n` });
-    await gpu1.kill("SIGKILL");
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", { prefixCache: false }), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([{ ...gpu0, extra: "kv_tokens = 24576\n" }, gpu1], { toml: WATCHED_HEALTH });
+    await gpu1.stop();
     const status = async () => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
     // Down by an active check, which found nothing listening: its cache is declared lost.
-    await until(async () => (await status()).replicas[1]!.state === "down", "gpu1 down", 15_000);
+    await until(async () => (await status()).replicas[1]!.state === "down", "gpu1 down");
     const client = router.client();
     const messages = [
       { role: "system" as const, content: `${crypto.randomUUID()} ${"shared instructions for every request ".repeat(60)}` },

@@ -1,13 +1,14 @@
 /**
  * Operating llmroute: /status, /metrics, the capacity wall, access keys, the admin
- * listener, logs, and the lifecycle (SIGHUP reload, SIGTERM drain, state file) with real
- * processes and real signals.
+ * listener, logs (a router in this process: the subject is what it serves and logs), and
+ * the lifecycle (SIGHUP reload, SIGTERM drain, state file) with a router process and real
+ * signals. Sims run in this process.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { logRecords, routerToml, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { logRecords, routerToml, startRouterInProcess, startRouterProc, startSimInProcess, until } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
@@ -32,8 +33,8 @@ function conversation(system: string) {
 
 describe("visibility", () => {
   it("/status and /metrics report per replica what happened; the log has one line per request and no prompt text", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc(
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess(
       [
         { ...gpu0, extra: "kv_tokens = 4096\nmetrics = true\n" },
         { ...gpu1, extra: "kv_tokens = 4096\nmetrics = true\n" },
@@ -85,8 +86,8 @@ describe("visibility", () => {
   });
 
   it("the capacity wall: a working set over kv_tokens warns once, in the log, /status and /metrics", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([{ ...gpu0, extra: "kv_tokens = 1000\n" }]);
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([{ ...gpu0, extra: "kv_tokens = 1000\n" }]);
     const client = router.client();
     // one-shots, however long, are not a working set: they are never sent again
     for (let i = 0; i < 4; i++) {
@@ -124,8 +125,8 @@ describe("visibility", () => {
 
 describe("access", () => {
   it("server.api_keys: 401 without a key on every route incl. /v1/models; upstream keys never shown", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([{ ...gpu0, extra: 'api_key = "env:UPSTREAM_KEY"\n' }], {
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([{ ...gpu0, extra: 'api_key = "env:UPSTREAM_KEY"\n' }], {
       toml: `[server]\napi_keys = ["env:CLIENT_KEY"]\n`,
       env: { CLIENT_KEY: "client-secret-1", UPSTREAM_KEY: "upstream-secret-2" },
     });
@@ -155,8 +156,8 @@ describe("access", () => {
   });
 
   it("server.admin_listen moves /status and /metrics off the API port", async () => {
-    const gpu0 = await startSimProc("gpu0");
-    const router = await startRouterProc([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
+    const gpu0 = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([gpu0], { toml: `[server]\nadmin_listen = "127.0.0.1:0"\n` });
     const [, admin] = await router.waitFor(/"admin":"(http:\/\/[^"]+)"/);
     expect((await fetch(`${router.url}/status`)).status).toBe(404);
     expect((await fetch(`${router.url}/metrics`)).status).toBe(404);
@@ -168,7 +169,7 @@ describe("access", () => {
 
 describe("lifecycle", () => {
   it("SIGHUP reloads: a replica added, the policy changed, pins of surviving replicas kept; an invalid file is rejected", async () => {
-    const [gpu0, gpu1, gpu2] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1"), startSimProc("gpu2")]);
+    const [gpu0, gpu1, gpu2] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1"), startSimInProcess("gpu2")]);
     const router = await startRouterProc([gpu0, gpu1]);
     const client = router.client();
     const convo = conversation("reload me");
@@ -193,25 +194,26 @@ describe("lifecycle", () => {
     expect((await client.models.list()).data).toHaveLength(1);
   });
 
-  it("SIGTERM drains: the in-flight stream finishes, new connections are refused, exit 0", async () => {
-    const gpu0 = await startSimProc("gpu0", ["--decode-tps", "100"]);
+  it("SIGTERM drains: the stream in flight finishes, new connections are refused, exit 0", async () => {
+    const gpu0 = await startSimInProcess("gpu0");
     const router = await startRouterProc([gpu0]);
-    const stream = await router.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "long" }], max_tokens: 60, stream: true });
-    const pieces: string[] = [];
-    const iterator = stream[Symbol.asyncIterator]();
-    const firstChunk = await iterator.next();
-    pieces.push(firstChunk.value.choices[0]?.delta?.content ?? "");
+    // held at the engine until the drain has begun, then let go
+    await gpu0.faults({ stall_ms: 600_000, stall_next: 1 });
+    const pending = router.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "long" }], max_tokens: 60, stream: true });
+    await until(async () => (await gpu0.state()).requests_total === 1, "the stream at the engine");
     router.proc.kill("SIGTERM");
     await router.waitFor(/draining/);
     const refused = await fetch(`${router.url}/health`).then(() => "accepted", () => "refused");
-    for (let r = await iterator.next(); !r.done; r = await iterator.next()) pieces.push(r.value.choices[0]?.delta?.content ?? "");
+    await gpu0.faults({ stall_ms: 0 });
+    const pieces: string[] = [];
+    for await (const chunk of await pending) pieces.push(chunk.choices[0]?.delta?.content ?? "");
     expect(pieces.filter(Boolean)).toHaveLength(60);
     expect(refused).toBe("refused");
     expect(await router.exited).toBe(0);
   });
 
   it("routing.state_file keeps pins across a router restart", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
     const dir = await tempDir("llmroute-state-");
     const toml = `[routing]\nstate_file = "${dir}/index.json"\n`;
     const convo = conversation("survive a restart");
@@ -224,7 +226,8 @@ describe("lifecycle", () => {
     expect(await first.exited).toBe(0);
     expect(logRecords(first, "saved routing state")[0]!.entries).toBeGreaterThan(0);
 
-    const second = await startRouterProc([gpu0, gpu1], { toml });
+    // the successor reads the file at start: a process adds nothing here
+    const second = await startRouterInProcess([gpu0, gpu1], { toml });
     expect(logRecords(second, "restored routing state")[0]!.entries).toBeGreaterThan(0);
     convo.grow(1);
     const turn2 = await second.client().chat.completions.create({ model: "sim-model", messages: convo.messages, max_tokens: 1 }).withResponse();

@@ -1,8 +1,9 @@
 /**
  * What a drain timeout and a crash leave behind: the drain timeout ends what is left
  * with the API's error; routing.state_file is saved periodically, survives a SIGKILL, and
- * a bad file means a cold start with a warning. Real processes and signals; the tests
- * run concurrently (each starts its own processes, killed once at the end).
+ * a bad file means a cold start with a warning. A router process where a signal or an
+ * exit code is the subject, in this process where only the file is; sims in this process.
+ * The tests run concurrently (each starts its own fleet, stopped once at the end).
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
@@ -10,7 +11,7 @@ import { encodeState } from "../../src/ops/state-file.ts";
 import { prefixChain } from "../../src/route/chain.ts";
 import { createHasher } from "../../src/route/hash.ts";
 import { PrefixIndex } from "../../src/route/prefix.ts";
-import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startRouterProc, startSimInProcess, until } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
@@ -30,13 +31,13 @@ async function savedEntries(file: string): Promise<number> {
 
 describe.concurrent("server.drain_timeout", () => {
   it("SIGTERM with a short drain_timeout: what is left ends with the API's error (503 before the first byte, an error event in a stream), logged as drain_timeout", async () => {
-    const gpu0 = await startSimProc("gpu0", ["--decode-tps", "20"]);
+    const gpu0 = await startSimInProcess("gpu0", { decodeTps: 20 });
     const router = await startRouterProc([gpu0], { toml: `[server]\ndrain_timeout = "1s"\n` });
     const client = router.client();
     const stream = await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "long" }], max_tokens: 500, stream: true });
     const iterator = stream[Symbol.asyncIterator]();
     await iterator.next();
-    await gpu0.faults({ stall_ms: 60_000, stall_next: 1 });
+    await gpu0.faults({ stall_ms: 600_000, stall_next: 1 });
     const waiting = client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "waiting" }], max_tokens: 1 }).catch((e) => e);
     await until(async () => (await gpu0.state()).requests_total === 2, "the second request at the engine");
 
@@ -60,7 +61,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
   const stateToml = (path: string, extra = "") => `[routing]\nstate_file = "${path}"\n${extra}`;
   
   it("saved every state_interval (temp file, fsync, rename): a SIGKILLed router's successor keeps the pins", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
     const file = `${await tempDir("llmroute-state-")}/index.json`;
     const toml = stateToml(file, `state_interval = "1s"\n`);
     const first = await startRouterProc([gpu0, gpu1], { toml });
@@ -73,15 +74,15 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     const dir = await import("node:fs/promises").then((fs) => fs.readdir(file.replace(/\/index\.json$/, "")));
     expect(dir).toEqual(["index.json"]);
 
-    const second = await startRouterProc([gpu0, gpu1], { toml });
+    const second = await startRouterInProcess([gpu0, gpu1], { toml });
     expect(logRecords(second, "restored routing state")[0]!.entries).toBeGreaterThan(0);
     expect(await convo.turn(second.client())).toMatchObject({ replica: "gpu1", route: "pin" });
   });
 
   it("a replica whose URL changed while the router was down is another engine: its pins and Responses ids are dropped, and the log counts them", async () => {
-    const [gpu0, gpu1, moved] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1"), startSimProc("gpu0-elsewhere")]);
+    const [gpu0, gpu1, moved] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1"), startSimInProcess("gpu0-elsewhere")]);
     const file = `${await tempDir("llmroute-state-")}/index.json`;
-    const first = await startRouterProc([gpu0, gpu1], { toml: stateToml(file) });
+    const first = await startRouterInProcess([gpu0, gpu1], { toml: stateToml(file) });
     const client = first.client();
     const { response } = await client.responses.create({ model: "sim-model", input: "remember me" }).withResponse();
     expect(response.headers.get("x-llmroute-replica")).toBe("gpu0"); // the counter's first pick
@@ -89,9 +90,9 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     const before = Object.fromEntries((await status(first.url)).replicas.map((r) => [r.name, r.index_entries]));
     expect(before.gpu0).toBeGreaterThan(0);
     expect(before.gpu1).toBeGreaterThan(0);
-    expect(await first.kill("SIGTERM")).toBe(0); // saves on stop
+    await first.stop(); // saves on stop
 
-    const second = await startRouterProc([{ name: "gpu0", url: moved.url }, gpu1], { toml: stateToml(file) });
+    const second = await startRouterInProcess([{ name: "gpu0", url: moved.url }, gpu1], { toml: stateToml(file) });
     expect(logRecords(second, "restored routing state")[0]).toMatchObject({
       entries: before.gpu1,
       responses: 0,
@@ -117,10 +118,10 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     ["JSON null", "null", /^not an llmroute state file/],
     ["replica URLs that are not a map", Buffer.concat(encodeState([], new Uint8Array(0), { replicas: ["gpu0"] as unknown as Record<string, string> })), /replica URLs are not a name → URL map/],
   ])("%s: a warning and a cold start, never a refusal to start", async (_name, content, reason) => {
-    const gpu0 = await startSimProc("gpu0");
+    const gpu0 = await startSimInProcess("gpu0");
     const file = `${await tempDir("llmroute-state-")}/index.json`;
     await Bun.write(file, content);
-    const router = await startRouterProc([gpu0], { toml: stateToml(file) });
+    const router = await startRouterInProcess([gpu0], { toml: stateToml(file) });
     const warned = logRecords(router, "routing state not restored; starting cold");
     expect(warned).toHaveLength(1);
     expect(warned[0]!.level).toBe("warn");
@@ -129,7 +130,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
   });
 
   it("a directory where the file should be: cold start with a warning, and the save at stop fails with an error line, exit 0", async () => {
-    const gpu0 = await startSimProc("gpu0");
+    const gpu0 = await startSimInProcess("gpu0");
     const file = await tempDir("llmroute-state-");
     const router = await startRouterProc([gpu0], { toml: stateToml(file) });
     expect(logRecords(router, "routing state not restored; starting cold")[0]!.reason).toMatch(/^cannot read it/);
@@ -140,7 +141,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
   });
 
   it("every record is checked: malformed ones are skipped and counted, good ones restored", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
     const file = `${await tempDir("llmroute-state-")}/index.json`;
     // An index of three one-link prompts on gpu0 and one on a replica that is gone; the
     // second record's last-use time is corrupted (NaN).
@@ -155,7 +156,7 @@ describe.concurrent("routing.state_file survives a crash and bad input", () => {
     const responses = [["resp_kept", "gpu1"], null, ["resp_bad", 5], ["", "gpu0"], ["resp_gone", "gpu9"], "resp_x"] as unknown as [string, string][];
     // No replica URLs in the header, as the previous build wrote it: kept by name.
     await Bun.write(file, Buffer.concat(encodeState(responses, snapshot)));
-    const router = await startRouterProc([gpu0, gpu1], { toml: stateToml(file) });
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: stateToml(file) });
     expect(logRecords(router, "restored routing state")[0]).toMatchObject({ entries: 2, skipped_entries: 2, responses: 1, skipped_responses: 4 });
     // the restored id still routes to its owner
     const res = await fetch(`${router.url}/v1/responses`, {

@@ -1,6 +1,11 @@
 /**
  * `llmroute probe` as users run it: the CLI as a real process against `llmroute sim`
  * replicas (3090 profile, time-scaled) and in-process routers on ephemeral ports.
+ *
+ * What these tests judge is what the machine cannot change: the cached tokens the engine
+ * reports, the counters, the replicas and routes, the exit codes and the report's shape.
+ * The probe's TTFTs are wall-clock times, which a loaded machine stretches as it likes, so
+ * no test here compares them (the verdict's arithmetic on given times is verdict.test.ts's).
  */
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
 import { parseConfig } from "../../src/config.ts";
@@ -16,7 +21,11 @@ const TOKENS = "8000";
 // The --via replicas share the scale (a sim race at tiny prefills, fixed in 2a85e82, once
 // forced these slower).
 const VIA_TIME_SCALE = TIME_SCALE;
-const VIA_TOKENS = "8000"; // a cold prefill of ~100 ms real: a loaded machine cannot blur cold and warm
+const VIA_TOKENS = "8000";
+// The replica without a prefix cache must not look cached by time either (its verdict is 1
+// only if warm is not <= 0.5x cold): a 1 s prefill each, which no stall of a loaded machine
+// makes look twice as fast once.
+const UNCACHED_TIME_SCALE = 0.5;
 
 let cached: SimServer;
 let uncached: SimServer;
@@ -39,7 +48,7 @@ const routerConfig = (policy: string, replicas: SimServer[]) =>
 beforeAll(async () => {
   [cached, uncached, busy, ...fleet] = await Promise.all([
     startSim({ name: "cached", timeScale: TIME_SCALE }),
-    startSim({ name: "uncached", timeScale: TIME_SCALE, prefixCache: false }),
+    startSim({ name: "uncached", timeScale: UNCACHED_TIME_SCALE, prefixCache: false }),
     startSim({ name: "busy", timeScale: TIME_SCALE }),
     startSim({ name: "gpu0", timeScale: VIA_TIME_SCALE }),
     startSim({ name: "gpu1", timeScale: VIA_TIME_SCALE }),
@@ -72,7 +81,8 @@ describe("against one engine", () => {
     expect(r.pairs).toHaveLength(2);
     expect(new Set(r.pairs.map((p: any) => p.salt)).size).toBe(2);
     for (const p of r.pairs) {
-      expect(p.warm.ttftMs).toBeLessThan(p.cold.ttftMs * 0.5);
+      expect(p.cold.ttftMs).toBeGreaterThan(0);
+      expect(p.warm.ttftMs).toBeGreaterThan(0);
       expect(p.warm.cachedTokens).toBeGreaterThanOrEqual(0.9 * p.prefixTokens);
       expect(p.cold.cachedTokens).toBe(0);
       expect(p.warmCounters.hits).toBeGreaterThanOrEqual(0.9 * p.prefixTokens);
@@ -93,7 +103,9 @@ describe("against one engine", () => {
     expect(stdout).toMatch(/^pair\s+cold TTFT\s+warm TTFT\s+warm\/cold/m);
     expect(stdout).toMatch(/^median\s+.*n=1$/m);
     expect(stdout).toContain("vllm:prefix_cache_hits_total");
-    expect(stdout).toMatch(/^verdict {2}0: prefix cache works: warm TTFT 0\.\d+x cold/m);
+    // "prefix cache works: [warm TTFT 0.05x cold (<= 0.5x), ]100% of the shared prefix cached":
+    // the timing part is there only when the machine let warm be fast enough
+    expect(stdout).toMatch(/^verdict {2}0: prefix cache works: .*\d+% of the shared prefix cached/m);
     expect(stderr).toMatch(/cold request \([\d,]+ tokens, salt probe-\d{8}T\d{6}Z-[0-9a-f]{8}\): TTFT/);
   });
 
@@ -275,7 +287,7 @@ describe("--all: each replica named once (issue 20, item 18)", () => {
 });
 
 describe("--via a running llmroute", () => {
-  it("hybrid pins the conversation (long and short shared prefix) and warm turns are fast: exit 0", async () => {
+  it("hybrid pins the conversation (long and short shared prefix) and warm turns hit the cache: exit 0", async () => {
     const { code, stdout, stderr } = await probe("--via", hybrid.url, "--tokens", VIA_TOKENS, "--json");
     expect({ code, stderr }).toEqual({ code: 0, stderr: expect.any(String) });
     const r = json(stdout);
@@ -283,7 +295,8 @@ describe("--via a running llmroute", () => {
     expect(long.pinned).toBe(true);
     expect(short.pinned).toBe(true);
     expect(long.routes).toEqual(["spread", "pin", "pin", "pin"]);
-    expect(long.ratio).toBeLessThan(0.5);
+    expect(long.warm).toBe(true);
+    expect(long.cachedFraction).toBeGreaterThanOrEqual(0.9);
     expect(r.conversations[1].prefixBytes).toBeLessThan(1024);
     expect(r.conversations[0].turns).toHaveLength(4);
   });
@@ -293,7 +306,7 @@ describe("--via a running llmroute", () => {
     expect(code).toBe(1);
     expect(stdout).toMatch(/verdict {2}1: not pinned: gpu(0|1) -> gpu(0|1) -> gpu(0|1) -> gpu(0|1) \(n=4 turns\)/);
     expect(stdout).toMatch(/pinned: NO \((gpu0 -> gpu1|gpu1 -> gpu0) -> /);
-    expect(stdout).toContain("paid a cold prefill again");
+    expect(stdout).toContain("long conversation not pinned: turns went to gpu");
   });
 
   it("an engine instead of a router: no x-llmroute-replica header, exit 2", async () => {

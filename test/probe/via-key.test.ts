@@ -5,7 +5,7 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { parseProbeArgs } from "../../src/probe/args.ts";
-import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess } from "../helpers/fleet.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 
 afterAll(killAll);
@@ -22,8 +22,8 @@ describe("which key the probe sends", () => {
 });
 
 it("through a router with client keys: refused without the key, let through with LLMROUTE_API_KEY", async () => {
-  const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-  const router = await startRouterProc([gpu0, gpu1], { toml: `[server]\napi_keys = ["env:PROBE_TEST_KEY"]\n`, env: { PROBE_TEST_KEY: "k-123" } });
+  const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+  const router = await startRouterInProcess([gpu0, gpu1], { toml: `[server]\napi_keys = ["env:PROBE_TEST_KEY"]\n`, env: { PROBE_TEST_KEY: "k-123" } });
   const without = await runCli(["probe", "--via", router.url, "--tokens", "500"], { env: { LLMROUTE_API_KEY: "" } });
   expect(without.code).toBe(2);
   expect(without.stderr).toMatch(/401/);

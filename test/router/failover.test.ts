@@ -1,10 +1,11 @@
 /**
  * Failover: before the first byte a failed replica is demoted and the request retried on a
- * live one; after it, never. Real processes; a replica is killed or told to fail.
+ * live one; after it, never. A real router and sims on loopback ports, in this process
+ * (the routing is the subject); a replica that is killed is a process.
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { logRecords, startRouterProc, startSimProc, until } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, startSimProc, until } from "../helpers/fleet.ts";
 import { readStream } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
@@ -23,8 +24,8 @@ async function closedPort(): Promise<string> {
 
 describe("before the first byte: demote and retry", () => {
   it("a replica killed mid-run: six sequential requests during the stop, six 200s, one logged failover", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimProc("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     const client = router.client();
     await client.chat.completions.create(ask("warm up")); // → gpu0 (counter 0)
 
@@ -44,8 +45,8 @@ describe("before the first byte: demote and retry", () => {
   });
 
   it("a 503 from the engine (e.g. a full queue) fails over; a pinned conversation moves and stays", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     const client = router.client();
     const messages = [
       { role: "user" as const, content: "a conversation" },
@@ -75,8 +76,8 @@ describe("before the first byte: demote and retry", () => {
 
 describe("after the first byte: never retried; a client that leaves stops the engine", () => {
   it("an upstream that breaks mid-stream ends the client's stream with an error event, and no other replica is asked", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     await gpu0.faults({ close_after_chunks: 2 });
     const stream = await router.client().chat.completions.create({ ...ask("break me"), max_tokens: 20, stream: true });
     const { received, error } = await readStream(stream);
@@ -90,8 +91,8 @@ describe("after the first byte: never retried; a client that leaves stops the en
   });
 
   it("a client that disconnects aborts the upstream request: the engine stops and frees the KV", async () => {
-    const gpu0 = await startSimProc("gpu0", ["--decode-tps", "50"]);
-    const router = await startRouterProc([gpu0]);
+    const gpu0 = await startSimInProcess("gpu0", { decodeTps: 50 });
+    const router = await startRouterInProcess([gpu0]);
     const abort = new AbortController();
     const stream = await router.client().chat.completions.create({ ...ask("a long answer"), max_tokens: 2000, stream: true }, { signal: abort.signal });
     for await (const _ of stream) break; // first chunk arrived: generation is running
@@ -107,8 +108,8 @@ describe("after the first byte: never retried; a client that leaves stops the en
 
   it("a client that leaves before the first byte (during a long prefill) aborts the upstream request too", async () => {
     // 3090 profile at 0.5: a 40k-token prompt prefills for ~5 s real
-    const gpu0 = await startSimProc("gpu0", ["--profile", "3090", "--time-scale", "0.5"]);
-    const router = await startRouterProc([gpu0]);
+    const gpu0 = await startSimInProcess("gpu0", { profile: "3090", timeScale: 0.5 });
+    const router = await startRouterInProcess([gpu0]);
     const abort = new AbortController();
     const pending = router
       .client()
@@ -127,7 +128,7 @@ describe("after the first byte: never retried; a client that leaves stops the en
 
 describe("no live replica", () => {
   it("→ 503 in OpenAI error JSON, Anthropic error JSON on /v1/messages, and /health 503", async () => {
-    const router = await startRouterProc([{ name: "gone", url: await closedPort() }]);
+    const router = await startRouterInProcess([{ name: "gone", url: await closedPort() }]);
     const error = await router.client().chat.completions.create(ask("anyone?")).catch((e) => e);
     expect(error.status).toBe(503);
     expect(error.error).toMatchObject({ type: "ServiceUnavailableError", code: 503 });
@@ -139,8 +140,8 @@ describe("no live replica", () => {
   });
 
   it("when every replica fails before the first byte, the 503 names each failure", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     await Promise.all([gpu0.faults({ fail_next: 1 }), gpu1.faults({ fail_next: 1 })]);
     const error = await router.client().chat.completions.create(ask("unlucky")).catch((e) => e);
     expect(error.status).toBe(503);

@@ -7,7 +7,7 @@
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { startRouterProc, startSimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -18,9 +18,9 @@ const metric = (text: string, name: string, labels: Record<string, string>) =>
 
 describe("feedback from cached_tokens", () => {
   it("a prefix the engine evicted is a counted miss, and the index forgets what the engine dropped", async () => {
-    const sim = await startSimProc("gpu0");
+    const sim = await startSimInProcess("gpu0");
     // Metrics off: the router has only the operator's (wrong) kv_tokens to start from.
-    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\nmetrics = false\n" }]);
+    const router = await startRouterInProcess([{ ...sim, extra: "kv_tokens = 100000\nmetrics = false\n" }]);
     const client = router.client();
     const salt = crypto.randomUUID();
     // Four ~1,500-token documents (the sim's tokenizer: 4 characters a token) through one
@@ -61,8 +61,8 @@ describe("feedback from cached_tokens", () => {
   });
 
   it("an engine that publishes its KV is believed over a kv_tokens six times too large: nothing mispredicted, and /status says both figures", async () => {
-    const sim = await startSimProc("gpu0");
-    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 24576\n" }]);
+    const sim = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([{ ...sim, extra: "kv_tokens = 24576\n" }]);
     const client = router.client();
     const salt = crypto.randomUUID();
     const ask = (d: number) =>
@@ -84,8 +84,8 @@ describe("feedback from cached_tokens", () => {
   });
 
   it("an engine with prefix caching off is not believed after eight misses, and /status says why", async () => {
-    const sim = await startSimProc("gpu0", ["--no-prefix-cache"]);
-    const router = await startRouterProc([{ ...sim, extra: "kv_tokens = 100000\n" }]);
+    const sim = await startSimInProcess("gpu0", { prefixCache: false });
+    const router = await startRouterInProcess([{ ...sim, extra: "kv_tokens = 100000\n" }]);
     const client = router.client();
     const salt = crypto.randomUUID();
     const messages = [
@@ -108,8 +108,8 @@ describe("a replica that computed nothing is not believed to hold the prompt", (
   ];
 
   it("a 503 before the first byte: the failed replica's commit is taken back, the one that answered keeps it", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     await gpu0.faults({ fail_next: 1 });
     const { response } = await router
       .client()
@@ -124,8 +124,8 @@ describe("a replica that computed nothing is not believed to hold the prompt", (
   });
 
   it("an error answer (400: prompt + max_tokens over the context): nothing remembered, so the retry is cold, not a miss that drops the replica's conversations", async () => {
-    const sim = await startSimProc("gpu0");
-    const router = await startRouterProc([sim]);
+    const sim = await startSimInProcess("gpu0");
+    const router = await startRouterInProcess([sim]);
     const client = router.client();
     const salt = crypto.randomUUID();
     await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `${salt} a conversation` }], max_tokens: 2 });

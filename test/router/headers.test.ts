@@ -1,11 +1,11 @@
 /**
- * Header hygiene at the socket level: a raw client talks to `llmroute serve`, whose replica
- * is a raw listener recording the exact request head it receives. Hop-by-hop headers and
+ * Header hygiene at the socket level: a raw client talks to the router (in this process),
+ * whose replica is a raw listener recording the exact request head it receives. Hop-by-hop headers and
  * those a Connection header names never cross the router, either way; Via and
  * X-Forwarded-* are added; the client's credentials never reach a replica.
  */
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
-import { startRouterProc, type RouterProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { rawExchange, rawResponse, startRawReplica, type RawReplica, type RawRequest } from "../helpers/raw-http.ts";
 
@@ -13,7 +13,7 @@ const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "proxy-authe
 
 let keyed: RawReplica;
 let open: RawReplica;
-let router: RouterProc;
+let router: Router;
 let port: number;
 
 const completion = JSON.stringify({ id: "x", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }] });
@@ -38,7 +38,7 @@ const answer = (req: RawRequest) =>
 beforeAll(async () => {
   keyed = startRawReplica(answer);
   open = startRawReplica(answer);
-  router = await startRouterProc(
+  router = await startRouterInProcess(
     [
       { name: "keyed", url: keyed.url, extra: `models = ["keyed-model"]\napi_key = "replica-key"\n` },
       { name: "open", url: open.url, extra: `models = ["open-model"]\n` },

@@ -1,5 +1,6 @@
 /**
- * Health that tells a blip from a death, with real sim processes: a failed request counts,
+ * Health that tells a blip from a death, with real sims and a real router on loopback
+ * ports (in this process: what is tested is routing, not a process): a failed request counts,
  * only a refused connection, a failed active check or `health.failures` in a row demote;
  * a demoted replica comes back through one trial request (half-open); an all-down pool is
  * routed to anyway (panic mode); prefixes are forgotten only on evidence that the cache
@@ -9,17 +10,17 @@ import { afterAll, describe, expect, it } from "bun:test";
 import type OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { logRecords, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, until, WATCHED_HEALTH, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
-// Each test starts its own processes and they run concurrently (mostly waiting on
-// deadlines and health checks), so processes are killed once, at the end.
+// Each test starts its own fleet and they run concurrently (mostly waiting on health
+// checks), so everything is stopped once, at the end.
 afterAll(killAll);
 
-const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
-const replicaStatus = async (router: RouterProc, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
-const metric = async (router: RouterProc, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
+const status = async (router: Router) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+const replicaStatus = async (router: Router, name: string) => (await status(router)).replicas.find((r) => r.name === name)!;
+const metric = async (router: Router, name: string) => parsePrometheus(await (await fetch(`${router.url}/metrics`)).text()).get(name) ?? [];
 
 
 const oneShot = (client: OpenAI, i: number) =>
@@ -27,8 +28,8 @@ const oneShot = (client: OpenAI, i: number) =>
 
 describe.concurrent("a blip is not a death", () => {
   it("one 503 fails the request over but leaves the replica up, and its ten pinned conversations stay where their cache is", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     const client = router.client();
     const conversations = Array.from({ length: 10 }, (_, i) => conversation(`c${i}`));
     const home = new Map<number, string>();
@@ -56,8 +57,8 @@ describe.concurrent("a blip is not a death", () => {
   });
 
   it("one 503 on each replica: that request gets 503, the next ones are served at once", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     await Promise.all([gpu0.faults({ fail_next: 1 }), gpu1.faults({ fail_next: 1 })]);
     const client = router.client();
     expect(await oneShot(client, 0).catch((e) => e.status)).toBe(503);
@@ -66,8 +67,8 @@ describe.concurrent("a blip is not a death", () => {
   });
 
   it("health.failures 502/503/504 in a row demote; the client never sees them", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: `[health]\ninterval = "60s"\nfailures = 3\n` });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: `[health]\ninterval = "60s"\nfailures = 3\n` });
     await gpu0.faults({ fail_next: 3, fail_status: 502 });
     const client = router.client();
     const faulted = async () => (await gpu0.state()).faulted_total as number;
@@ -84,8 +85,8 @@ describe.concurrent("a blip is not a death", () => {
 
 describe.concurrent("panic mode", () => {
   it("every replica down (a health path that 404s): requests go to all of them, counted; the startup log says why each is down", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([
       { ...gpu0, extra: `health_path = "/nope"\n` },
       { ...gpu1, extra: `health_path = "/nope"\n` },
     ]);
@@ -109,9 +110,9 @@ describe.concurrent("panic mode", () => {
 });
 
 describe.concurrent("half-open recovery", () => {
-  const flap = `[health]\ninterval = "200ms"\ntimeout = "150ms"\nfailures = 1\n`;
+  const flap = `${WATCHED_HEALTH}failures = 1\n`;
 
-  async function demotedByRequests(router: RouterProc, sim: Awaited<ReturnType<typeof startSimProc>>) {
+  async function demotedByRequests(router: Router, sim: LocalSim) {
     // One request answered 502 demotes it (health.failures = 1). Its /health passed all
     // along, so a passing check cannot clear it: it is half-open, for a trial request.
     // (A replica its check demoted is up at its next passing check: test/router/recovery.test.ts.)
@@ -122,19 +123,21 @@ describe.concurrent("half-open recovery", () => {
   }
 
   it("a replica demoted by failed requests whose check passes gets one trial request; while it runs, others go elsewhere; its success brings the replica back", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: flap });
     const client = router.client();
     const pinned = conversation("pinned");
     expect((await pinned.turn(client)).replica).toBe("gpu0");
     await demotedByRequests(router, gpu0);
 
-    // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten), slowly
-    await gpu0.faults({ stall_ms: 600, stall_next: 1 });
+    // the trial: the pinned conversation goes back to gpu0 (its prefixes were not forgotten),
+    // and is held there until the others have been routed
+    await gpu0.faults({ stall_ms: 600_000, stall_next: 1 });
     const trial = pinned.turn(client);
     await until(async () => (await replicaStatus(router, "gpu0")).inflight === 1, "the trial in flight");
     const others = await Promise.all([1, 2, 3].map((i) => oneShot(client, i)));
     expect(others.map((o) => o.response.headers.get("x-llmroute-replica"))).toEqual(["gpu1", "gpu1", "gpu1"]);
+    await gpu0.faults({ stall_ms: 0 });
     expect(await trial).toMatchObject({ replica: "gpu0", route: "pin" });
     expect((await trial).cached).toBeGreaterThan(0);
     expect(await replicaStatus(router, "gpu0")).toMatchObject({ state: "up", conversations: 1 });
@@ -142,8 +145,8 @@ describe.concurrent("half-open recovery", () => {
   });
 
   it("a failed trial sends the replica back down at once; the request itself fails over", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1], { toml: flap });
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: flap });
     const client = router.client();
     const pinned = conversation("pinned");
     await pinned.turn(client);
@@ -157,13 +160,13 @@ describe.concurrent("half-open recovery", () => {
 
 describe.concurrent("a replica's prefixes are forgotten only on evidence its cache is gone", () => {
   it("its engine's counters went back (a restart between two checks): forgotten, and its conversations start afresh", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-    const router = await startRouterProc(
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess(
       [
         { ...gpu0, extra: "metrics = true\n" },
         { ...gpu1, extra: "metrics = true\n" },
       ],
-      { toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n` },
+      { toml: WATCHED_HEALTH },
     );
     const client = router.client();
     const c = conversation("restart");
@@ -190,8 +193,8 @@ describe.concurrent("a replica's prefixes are forgotten only on evidence its cac
           : Response.json({ status: "ok" }),
     });
     try {
-      const router = await startRouterProc([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
-        toml: `[health]\ninterval = "200ms"\ntimeout = "150ms"\n`,
+      const router = await startRouterInProcess([{ name: "vllm0", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\nmetrics = true\n` }], {
+        toml: WATCHED_HEALTH,
       });
       await until(async () => (await replicaStatus(router, "vllm0")).engine?.at !== undefined, "a scrape");
       expect(logRecords(router, "replica cache lost: forgetting its prefixes")).toHaveLength(0);

@@ -1,20 +1,20 @@
 /**
- * The router as users meet it: real `llmroute sim` replicas and `llmroute serve` as
- * processes on ephemeral ports, driven by the official openai and Anthropic clients.
+ * The router as users meet it: sim replicas and the router on ephemeral loopback ports
+ * (in this process), driven by the official openai and Anthropic clients.
  */
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
-import { startRouterProc, startSimProc, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
-let sims: SimProc[];
-let router: RouterProc;
+let sims: LocalSim[];
+let router: Router;
 let client: OpenAI;
 
 beforeAll(async () => {
-  sims = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-  router = await startRouterProc(sims, { toml: `[server]\nmax_body = "64KiB"\n` });
+  sims = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+  router = await startRouterInProcess(sims, { toml: `[server]\nmax_body = "64KiB"\n` });
   client = router.client();
 });
 afterAll(killAll);

@@ -1,27 +1,27 @@
 /**
- * A reload (SIGHUP) is safe at any moment: a request keeps the replicas it started with,
- * and a replica the reload removed is neither committed to the index nor remembered.
+ * A reload is safe at any moment: a request keeps the replicas it started with, and a
+ * replica the reload removed is neither committed to the index nor remembered. The router
+ * runs in this process and reloads as `serve` does on SIGHUP (re-read the file, apply it):
+ * the signal itself is tested in test/ops/lifecycle.test.ts.
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { routerToml, startRouterProc, startSimProc, until, type RouterProc } from "../helpers/fleet.ts";
+import { routerToml, startRouterInProcess, startSimInProcess, until, type LocalRouter, type ReplicaSpec, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { rawResponse, startRawReplica } from "../helpers/raw-http.ts";
 
-// Each test starts its own processes and they run concurrently (mostly waiting on
-// deadlines and health checks), so processes are killed once, at the end.
+// Each test starts its own fleet and they run concurrently, so everything is stopped
+// once, at the end.
 afterAll(killAll);
 
-const status = async (router: RouterProc) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+const status = async (router: Router) => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
 
-async function reload(router: RouterProc, replicas: { name: string; url: string; extra?: string }[]) {
-  const reloads = router.lines.filter((l) => l.includes("config reloaded")).length;
+async function reload(router: LocalRouter, replicas: ReplicaSpec[]) {
   await Bun.write(router.configPath, routerToml(replicas));
-  router.proc.kill("SIGHUP");
-  await until(() => router.lines.filter((l) => l.includes("config reloaded")).length > reloads, "the reload");
+  await router.reload();
 }
 
-const ask = (router: RouterProc, content: string, extra: Record<string, unknown> = {}) =>
+const ask = (router: Router, content: string, extra: Record<string, unknown> = {}) =>
   fetch(`${router.url}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -35,9 +35,9 @@ describe.concurrent("reload during a request", () => {
       req.path === "/health" ? rawResponse("200 OK", [], "ok") : new Promise<string>((resolve) => (release = resolve)),
     );
     try {
-      const gpu1 = await startSimProc("gpu1");
+      const gpu1 = await startSimInProcess("gpu1");
       const heldReplica = { name: "held", url: held.url, extra: `models = ["sim-model"]\n` };
-      const router = await startRouterProc([heldReplica, gpu1]);
+      const router = await startRouterInProcess([heldReplica, gpu1]);
       const pending = ask(router, "reload under me");
       await until(() => held.requests.some((r) => r.method === "POST"), "the request at the first replica");
       await reload(router, [heldReplica]);
@@ -60,9 +60,9 @@ describe.concurrent("reload during a request", () => {
       req.path === "/health" ? rawResponse("200 OK", [], "ok") : new Promise<string>((resolve) => (release = resolve)),
     );
     try {
-      const [gpu1, gpu2] = await Promise.all([startSimProc("gpu1"), startSimProc("gpu2")]);
+      const [gpu1, gpu2] = await Promise.all([startSimInProcess("gpu1"), startSimInProcess("gpu2")]);
       const heldReplica = { name: "held", url: held.url, extra: `models = ["sim-model"]\n` };
-      const router = await startRouterProc([heldReplica, gpu1]);
+      const router = await startRouterInProcess([heldReplica, gpu1]);
       const pending = ask(router, "reload adds a replica under me");
       await until(() => held.requests.some((r) => r.method === "POST"), "the request at the first replica");
       await reload(router, [heldReplica, gpu2]);
@@ -76,8 +76,9 @@ describe.concurrent("reload during a request", () => {
   });
 
   it("a replica removed while it streams finishes the stream; it is not remembered afterwards", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0", ["--decode-tps", "50"]), startSimProc("gpu1")]);
-    const router = await startRouterProc([gpu0, gpu1]);
+    // 30 tokens at 20 a second: the stream runs for 1.5 s after the reload
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", { decodeTps: 20 }), startSimInProcess("gpu1")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
     const res = await ask(router, "stream while I go", { stream: true, max_tokens: 30 });
     expect(res.headers.get("x-llmroute-replica")).toBe("gpu0");
     const reader = res.body!.getReader();

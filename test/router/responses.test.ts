@@ -6,16 +6,16 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
-import { startRouterProc, startSimProc, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { startRouterInProcess, startSimInProcess, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
-// Each test starts its own processes and they run concurrently (mostly waiting on
-// deadlines and health checks), so processes are killed once, at the end.
+// Each test starts its own fleet (router and sims in this process: the routing is the
+// subject) and they run concurrently, so everything is stopped once, at the end.
 afterAll(killAll);
 
-async function fleetWithAResponse(): Promise<{ router: RouterProc; client: OpenAI; owner: SimProc; other: SimProc; id: string }> {
-  const [gpu0, gpu1] = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
-  const router = await startRouterProc([gpu0, gpu1]);
+async function fleetWithAResponse(): Promise<{ router: Router; client: OpenAI; owner: LocalSim; other: LocalSim; id: string }> {
+  const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);
+  const router = await startRouterInProcess([gpu0, gpu1]);
   const client = router.client();
   const first = await client.responses.create({ model: "sim-model", input: `remember ${crypto.randomUUID()}`, max_output_tokens: 2 }).withResponse();
   const owner = first.response.headers.get("x-llmroute-replica") === "gpu0" ? gpu0 : gpu1;
@@ -55,7 +55,7 @@ describe.concurrent("previous_response_id", () => {
 
   it("the owner is gone: 503 with retry-after at once, never a 404 from a replica that never saw the response", async () => {
     const { client, owner, other, id } = await fleetWithAResponse();
-    await owner.kill("SIGKILL");
+    await owner.stop(); // its port closed, as when its process dies
     const before = (await other.state()).requests_total;
     for (let i = 0; i < 3; i++) {
       const error = await followUp(client, id, i).catch((e) => e);

@@ -6,15 +6,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
-import { logRecords, startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
-let sim: SimProc;
-let router: RouterProc;
+let sim: LocalSim;
+let router: Router;
 
 beforeAll(async () => {
-  sim = await startSimProc("gpu0");
-  router = await startRouterProc([sim]);
+  sim = await startSimInProcess("gpu0");
+  router = await startRouterInProcess([sim]);
 });
 afterAll(killAll);
 
@@ -101,7 +101,7 @@ describe("the usage chunk arriving on its own", () => {
       },
     });
     try {
-      const own = await startRouterProc([{ name: "engine", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\n` }]);
+      const own = await startRouterInProcess([{ name: "engine", url: `http://127.0.0.1:${engine.port}`, extra: `models = ["m"]\n` }]);
       const chunks = await collect(own.client(), { model: "m", stream: true, messages: [{ role: "user", content: "x" }] });
       expect(chunks.map((c) => c.choices[0]?.delta?.content ?? null)).toEqual(["hi", null]);
       expect(chunks.some((c) => c.usage)).toBe(false);

@@ -7,6 +7,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { requireCommand } from "./_require.ts";
+import { WAIT_MS } from "../helpers/wait.ts";
 
 /** Debian's package; LLMROUTE_TEST_CHROMIUM points elsewhere (another distribution's path). */
 export const CHROMIUM = process.env.LLMROUTE_TEST_CHROMIUM ?? "/usr/bin/chromium";
@@ -59,6 +60,8 @@ export interface WatchedPage {
 /** A new tab that records errors and requests, and blocks any request to another origin. */
 export async function watchedPage(browser: Browser, allowed: string): Promise<WatchedPage> {
   const page = await browser.context.newPage();
+  // Every wait on the page (waitForFunction, locators) has the suite's deadline for one event.
+  page.setDefaultTimeout(WAIT_MS);
   const errors: string[] = [];
   const requests: string[] = [];
   const foreign: string[] = [];

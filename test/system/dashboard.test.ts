@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "bun:test";
 import axe from "axe-core";
 import OpenAI from "openai";
 import type { DashboardData } from "../../src/ops/dashboard/data.ts";
-import { startRouterProc, startSimProc, until, type RouterProc, type SimProc } from "../helpers/fleet.ts";
+import { startRouterProc, startSimProc, until, WATCHED_HEALTH, type RouterProc, type SimProc } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { launchBrowser, watchedPage, type Browser, type WatchedPage } from "./_browser.ts";
 
@@ -36,10 +36,10 @@ beforeAll(async () => {
     // Active checks every second: a replica that dies while idle is noticed without traffic.
     // The seed's plain rule places cold conversations by the counter alone, so the scene below
     // (a card pushed over its KV) is the same on every run; the default would avoid it.
-    { toml: `[routing]\npolicy = "hybrid-plain"\n[health]\ninterval = "1s"\n` },
+    { toml: `[routing]\npolicy = "hybrid-plain"\n${WATCHED_HEALTH}` },
   );
   tab = await watchedPage(browser, router.url);
-}, 60_000);
+});
 
 afterAll(async () => {
   await browser?.close();
@@ -103,7 +103,7 @@ describe("the dashboard in a browser", () => {
     expect(await text("#last td")).toEqual(["No requests yet."]);
     expect(await tab.page.title()).toBe("llmroute · 3/3 healthy");
     expect(tab.errors).toEqual([]);
-  }, 15_000);
+  });
 
   it("follows traffic: served counts, last requests, routes, hit rate, TTFT and the capacity wall", async () => {
     expect(await servedTotal()).toBe(0);
@@ -150,7 +150,7 @@ describe("the dashboard in a browser", () => {
     expect(chart.caption).toContain(`Last 5 min, in prompt tokens per 10 s (axis 0 to ${chart.y.at(-1)}): peak ${peak.toLocaleString("en-US")}`);
 
     // The capacity readings refresh every 2 s on the router; wait for the shared card to cross the wall.
-    const over = await tab.page.waitForFunction(() => document.querySelector("#replicas .note.warn")?.closest("article")?.getAttribute("data-replica"), undefined, { timeout: 10_000 });
+    const over = await tab.page.waitForFunction(() => document.querySelector("#replicas .note.warn")?.closest("article")?.getAttribute("data-replica"));
     const name = await over.jsonValue();
     expect(await tab.page.locator(`[data-replica="${name}"] .bar.over`).count()).toBe(1);
     expect(await tab.page.locator("#warnings").isVisible()).toBe(true);
@@ -178,12 +178,12 @@ describe("the dashboard in a browser", () => {
     expect(await tab.page.locator(`[data-replica="${name}"] details.advice p`).isVisible()).toBe(true);
     await advice.locator("summary").click();
     expect(tab.errors).toEqual([]);
-  }, 30_000);
+  });
 
   it("shows a killed replica as down within a few seconds; its warning's details open from the keyboard", async () => {
     const gpu2 = sims[2]!;
     await gpu2.kill("SIGKILL");
-    await tab.page.waitForFunction(() => document.querySelector('[data-replica="gpu2"] [data-health]')?.textContent === "down", undefined, { timeout: 8_000 });
+    await tab.page.waitForFunction(() => document.querySelector('[data-replica="gpu2"] [data-health]')?.textContent === "down");
     expect(await tab.page.locator('[data-replica="gpu2"] .note.err').textContent()).toContain("connection refused");
     expect(await tab.page.title()).toBe("⚠ llmroute · 2/3 healthy");
     expect(await text("#replicas [data-health]")).toEqual(["up", "up", "down"]);
@@ -201,7 +201,7 @@ describe("the dashboard in a browser", () => {
     await tab.page.keyboard.press("Enter");
     expect(await warning.locator(".detail").isVisible()).toBe(false);
     expect(tab.errors).toEqual([]);
-  }, 20_000);
+  });
 
   it("keeps following traffic after the kill, over several 10 s buckets (and takes the README's screenshot)", async () => {
     // Rounds of the four conversations (gpu2's fail over), one per page refresh, until the
@@ -225,7 +225,7 @@ describe("the dashboard in a browser", () => {
     const cut = (await tab.page.locator("#last tr:nth-child(8)").boundingBox())!;
     await tab.page.screenshot({ path: SCREENSHOT, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: Math.ceil(cut.y + cut.height + 1) } });
     expect(tab.errors).toEqual([]);
-  }, 90_000);
+  });
 
   it("fits a phone's width without sideways scrolling of the page", async () => {
     await tab.page.setViewportSize({ width: 390, height: 844 });
@@ -237,7 +237,7 @@ describe("the dashboard in a browser", () => {
     const labels = await tab.page.locator("#chart .xtick").evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => [r.left, r.right]).sort((a, b) => a[0]! - b[0]!));
     for (let i = 1; i < labels.length; i++) expect(labels[i]![0]!).toBeGreaterThan(labels[i - 1]![1]!);
     await tab.page.setViewportSize({ width: 1280, height: 900 });
-  }, 10_000);
+  });
 
   it("passes axe-core's WCAG 2.1 AA checks (contrast, names, structure) in light and dark, on a laptop and a phone", async () => {
     // CDP's evaluate is not subject to the page's CSP, which would refuse an injected script.
@@ -254,7 +254,7 @@ describe("the dashboard in a browser", () => {
     await tab.page.setViewportSize({ width: 1280, height: 900 });
     await tab.page.emulateMedia({ colorScheme: "light" });
     expect(found).toEqual([]);
-  }, 20_000);
+  });
 
   it("made no request to any host but the router", () => {
     const origin = new URL(router.url).origin;
@@ -322,7 +322,7 @@ describe("the page fed known data (the router's own document, its figures replac
     expect(await t.page.locator("#chart text.none").textContent()).toBe("No prompt tokens in the last 5 min");
     expect(t.errors).toEqual([]);
     await t.page.close();
-  }, 20_000);
+  });
 
   it("routes: share and count beside each bar, in a fixed order; a reason that leaves the window keeps its row at 0", async () => {
     const base = await real();
@@ -355,7 +355,7 @@ describe("the page fed known data (the router's own document, its figures replac
     ]);
     expect(t.errors).toEqual([]);
     await t.page.close();
-  }, 20_000);
+  });
 
   it("warnings: one line each, details on demand that stay open as the same node while lines come and go; an unchanged refresh changes nothing", async () => {
     const base = await real();
@@ -394,14 +394,14 @@ describe("the page fed known data (the router's own document, its figures replac
       new (window as any).MutationObserver((m: unknown[]) => ((window as any).mutations += m.length)).observe(document.querySelector("#board"), { subtree: true, childList: true, attributes: true, characterData: true });
     });
     // A poll answered after the observer started is rendered before the next one is asked for.
-    await until(() => t.polls() >= polled + 2, "two more polls", 15_000);
+    await until(() => t.polls() >= polled + 2, "two more polls");
     expect(await t.page.evaluate(() => (window as any).mutations)).toBe(0);
 
     findings = [];
     await t.page.locator("#warnings").waitFor({ state: "hidden" });
     expect(t.errors).toEqual([]);
     await t.page.close();
-  }, 30_000);
+  });
 });
 
 describe("a router with server.api_keys", () => {
@@ -428,5 +428,5 @@ describe("a router with server.api_keys", () => {
     expect(t.errors.length).toBe(2);
     expect(t.foreign).toEqual([]);
     await t.page.close();
-  }, 20_000);
+  });
 });
