@@ -32,7 +32,8 @@ describe.concurrent("reload during a request", () => {
   it("the failover target was removed by a reload meanwhile: the request is served by it (200, was a 500) and nothing is remembered", async () => {
     let release!: (response: string) => void;
     const held = startRawReplica((req) =>
-      req.path === "/health" ? rawResponse("200 OK", [], "ok") : new Promise<string>((resolve) => (release = resolve)),
+      // /health answers; the request (a POST) is held; what discovery asks (/v1/models, /metrics …) is not there
+      req.path === "/health" ? rawResponse("200 OK", [], "ok") : req.method !== "POST" ? rawResponse("404 Not Found", [], "") : new Promise<string>((resolve) => (release = resolve)),
     );
     try {
       const gpu1 = await startSimInProcess("gpu1");
@@ -57,7 +58,8 @@ describe.concurrent("reload during a request", () => {
   it("a failover after a reload picks from the new fleet: a replica added meanwhile, not the one removed", async () => {
     let release!: (response: string) => void;
     const held = startRawReplica((req) =>
-      req.path === "/health" ? rawResponse("200 OK", [], "ok") : new Promise<string>((resolve) => (release = resolve)),
+      // /health answers; the request (a POST) is held; what discovery asks (/v1/models, /metrics …) is not there
+      req.path === "/health" ? rawResponse("200 OK", [], "ok") : req.method !== "POST" ? rawResponse("404 Not Found", [], "") : new Promise<string>((resolve) => (release = resolve)),
     );
     try {
       const [gpu1, gpu2] = await Promise.all([startSimInProcess("gpu1"), startSimInProcess("gpu2")]);
