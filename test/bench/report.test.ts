@@ -3,7 +3,18 @@ import { parseBenchArgs } from "../../src/bench/args.ts";
 import { renderHtml } from "../../src/bench/html.ts";
 import { buildMatrix, matrixText, tierOf } from "../../src/bench/matrix.ts";
 import { matrixHtml } from "../../src/bench/html.ts";
-import { headlines, hitDecomposition, hitRates, poolRuns, renderText, summarizeArm, summarizeWorkload, workloadTable, type WorkloadSummary } from "../../src/bench/report.ts";
+import {
+  engineBlock,
+  headlines,
+  hitDecomposition,
+  hitRates,
+  poolRuns,
+  renderText,
+  summarizeArm,
+  summarizeWorkload,
+  workloadTable,
+  type WorkloadSummary,
+} from "../../src/bench/report.ts";
 import type { ArmResult, BenchResult, Sample } from "../../src/bench/run.ts";
 
 const replicas = ["gpu0", "gpu1"];
@@ -127,17 +138,18 @@ describe("rendering", () => {
   const summaries = r.workloads.map((w) => summarizeWorkload(w, replicas));
 
   it("the text report opens with the matrix, then the tables per workload, the hit-rate decomposition and the headlines", () => {
-    const text = renderText(r, summaries, buildMatrix([summaries]));
+    const text = renderText([engineBlock([r])], buildMatrix([summaries]));
     const at = (needle: string) => text.indexOf(needle);
     expect(at("÷ the best arm's")).toBeGreaterThan(0);
     expect(at("÷ the best arm's")).toBeLessThan(at("agent —"));
-    expect(text).toMatch(/^hit rate \(all requests\)\s+available\s+captured\s+delivered\s+gpu0 n a\/c\/d/m);
-    expect(text).toMatch(/^roundrobin\s+-\s+-\s+75%\s+6 -\/-\/75%\s+0 -\/-\/-$/m); // every request, turn 1 included
+    expect(text).toMatch(/^hit rate \(all requests\)\s+available\s+captured\s+delivered\s+corrections \(false\)\s+template\s+warm pinned\s+turns delivered\s+÷ oracle\s+gpu0 n a\/c\/d corrections \(false\)/m);
+    // Every request, turn 1 included; responses without a verdict are not counted as judged.
+    expect(text).toMatch(/^roundrobin\s+-\s+-\s+75%\s+none judged\s+-\s+100% of 5\s+75%\s+100%\s+6 -\/-\/75% none judged\s+0 -\/-\/- none judged$/m);
     expect(at("agent —")).toBeLessThan(at("\nheadline  "));
   });
 
   it("the text report has a table per workload with sample sizes, and says the time is model time", () => {
-    const text = renderText(r, summaries, buildMatrix([summaries]));
+    const text = renderText([engineBlock([r])], buildMatrix([summaries]));
     expect(text).toContain("time scale 0.05: times are model time");
     expect(text).toMatch(/policy\s+n\s+warm p50 ms/);
     expect(text).toMatch(/roundrobin\s+5\s+2,676/);
@@ -146,7 +158,7 @@ describe("rendering", () => {
   });
 
   it("the HTML report is one self-contained file: inline SVG charts, no scripts, no external assets", () => {
-    const html = renderHtml(r, summaries, buildMatrix([summaries]));
+    const html = renderHtml([engineBlock([r])], buildMatrix([summaries]));
     expect(html.startsWith("<!doctype html>")).toBe(true);
     expect(html.match(/<svg /g)?.length).toBe(4); // turns + agent CDF + burst bars + burst CDF
     expect(html.indexOf('<table class="matrix">')).toBeLessThan(html.indexOf("<h2>"));
@@ -157,7 +169,7 @@ describe("rendering", () => {
 
   it("escapes what it did not write itself", () => {
     const evil = { ...r, run: "<script>alert(1)</script>" };
-    expect(renderHtml(evil, summaries, buildMatrix([summaries]))).not.toContain("<script>");
+    expect(renderHtml([engineBlock([evil], "<b>engine</b>")], buildMatrix([summaries], "<b>engine</b>"))).not.toMatch(/<script>|<b>/);
   });
 });
 

@@ -44,6 +44,7 @@ describe("claimRecord: the router's record of a request the client just finished
     text: "",
     promptTokens: 1_000,
     cachedTokens,
+    cachedReported: true,
     completionTokens: 8,
     ...extra,
   });

@@ -26,7 +26,7 @@ import { renderChat } from "../../src/sim/index.ts";
 
 const spec: AgentSpec = { contextTokens: 6_000, turns: 5, turnTokens: 500, replyTokens: 32, systemTokens: 300 };
 /** A reply as the sim produces it: replyTokens tokens of CHARS_PER_TOKEN characters. */
-const reply = (i: number) => `r${i}`.padEnd(spec.replyTokens * CHARS_PER_TOKEN, "z");
+const reply = (i: number) => ({ content: `r${i}`.padEnd(spec.replyTokens * CHARS_PER_TOKEN, "z") });
 /** The sim's first KV block: 16 tokens × 4 characters of the rendered prompt. */
 const firstBlock = (messages: { role: string; content: string }[]) => renderChat(messages).slice(0, 64);
 
