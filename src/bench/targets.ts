@@ -69,6 +69,18 @@ export interface RouterTomlOptions {
   adminListen?: string;
   /** What kv_tokens says for each replica (default: its real KV). */
   kvTokens?: KvTokensSetting;
+  /** Real ms between health checks, which also scrape each engine's /metrics (default 60 s). */
+  healthIntervalMs?: number;
+}
+
+/**
+ * A bench router checks (and scrapes) its sims every 10 s of model time, as a router with the
+ * default health.interval checks a real card: an engine whose responses carry no cached
+ * tokens (the vllm profile) is judged by its counters once per scrape, and an unscaled
+ * interval would leave it unjudged for a whole arm. Not below 100 ms (health.interval's floor).
+ */
+export function simHealthIntervalMs(timeScale: number): number {
+  return Math.max(100, Math.round(10_000 * timeScale));
 }
 
 /**
@@ -77,7 +89,7 @@ export interface RouterTomlOptions {
  * router then starts from what the engine publishes, or learns it from evidence.
  */
 export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string, options: RouterTomlOptions = {}): string {
-  const { adminListen, kvTokens = { kind: "factor", factor: 1 } } = options;
+  const { adminListen, kvTokens = { kind: "factor", factor: 1 }, healthIntervalMs = 60_000 } = options;
   const lines = [
     "[server]",
     `listen = "127.0.0.1:0"`,
@@ -85,8 +97,8 @@ export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName,
     "[routing]",
     `policy = "${policy}"`,
     "[health]",
-    // The bench's replicas do not come and go; a long interval keeps checks out of the timings.
-    `interval = "60s"`,
+    // The bench's replicas do not come and go; by default a long interval keeps checks out of the timings.
+    `interval = "${healthIntervalMs}ms"`,
   ];
   for (const r of replicas) {
     lines.push("[[replica]]", `name = ${JSON.stringify(r.name)}`, `url = ${JSON.stringify(r.url)}`);
@@ -276,7 +288,8 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     ...(ollama(s) ? { healthPath: "/api/version", metrics: false as const } : {}),
   }));
   const model = sims[0]!.app.options.model;
-  const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) => routerToml(rs, policy, model, { kvTokens, ...(adminListen ? { adminListen } : {}) });
+  const healthIntervalMs = simHealthIntervalMs(options.timeScale);
+  const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) => routerToml(rs, policy, model, { kvTokens, healthIntervalMs, ...(adminListen ? { adminListen } : {}) });
   return {
     kind: "sim",
     replicas,
