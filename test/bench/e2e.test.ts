@@ -298,3 +298,98 @@ describe("--config: the user's own replicas", () => {
     await rm(dir, { recursive: true });
   });
 });
+
+describe("--engine, --template, --kv-tokens: the bench on each engine setup, each with its own fresh sims", () => {
+  let out: BenchOutput;
+  const lines: string[] = [];
+  let json: { engines: { label: string; engine: string; template: string; kvTokens: string; target: { replicas: unknown[] } }[]; corrections: { judged: number } };
+  beforeAll(async () => {
+    const dir = await mkdtemp(`${tmpdir()}/llmroute-bench-`);
+    const options = parseBenchArgs({
+      ...small,
+      sim: "2",
+      "time-scale": "0.002",
+      engine: "vllm,llamacpp",
+      template: "mistral3-tools",
+      "kv-tokens": "6x",
+      workload: "agent",
+      policies: "hybrid",
+      turns: "4",
+      json: `${dir}/bench.json`,
+    });
+    out = await bench(options, { out: () => {}, progress: { status: () => {}, line: (t) => lines.push(t) } });
+    json = await Bun.file(`${dir}/bench.json`).json();
+    await rm(dir, { recursive: true });
+  });
+  const turns = (block: number, arm: string) => out.blocks[block]!.result.workloads[0]!.arms.find((a) => a.arm === arm)!.samples;
+
+  it("one row block per engine setup, in order, each named, every request answered", () => {
+    expect(out.errors).toBe(0);
+    expect(out.blocks.map((b) => [b.label, b.result.target.sim])).toEqual([
+      ["vllm · mistral3-tools", { engine: "vllm", template: "mistral3-tools", kvTokens: "6x" }],
+      ["llamacpp · mistral3-tools", { engine: "llamacpp", template: "mistral3-tools", kvTokens: "6x" }],
+    ]);
+    expect(out.matrix.rows.map((r) => [r.engine, r.workload, r.cells.map((c) => c.n[0])])).toEqual([
+      ["vllm · mistral3-tools", "agent", [3, 3]],
+      ["llamacpp · mistral3-tools", "agent", [3, 3]],
+    ]);
+    expect(out.text).toMatch(/^engine\s+workload\s+headline\s+n\s+hybrid\s+oracle\s+best$/m);
+    expect(out.text.split("\n")[0]).toContain("router.toml kv_tokens: 6× the sims' real KV (735,816)");
+  });
+
+  it("--json lists each setup under engines[] with its profile, template and kv_tokens, and sums the corrections", () => {
+    expect(json.engines.map((e) => [e.label, e.engine, e.template, e.kvTokens, e.target.replicas.length])).toEqual([
+      ["vllm · mistral3-tools", "vllm", "mistral3-tools", "6x", 2],
+      ["llamacpp · mistral3-tools", "llamacpp", "mistral3-tools", "6x", 2],
+    ]);
+    expect(json.corrections.judged).toBe(out.blocks[1]!.summaries[0]!.arms.find((a) => a.arm === "hybrid")!.corrections!.judged);
+  });
+
+  it("progress lines name the engine setup", () => {
+    expect(lines.filter((l) => / · agent · (hybrid|oracle): /.test(l))).toEqual([
+      expect.stringMatching(/^vllm · mistral3-tools · agent · hybrid: warm-turn TTFT p50 /),
+      expect.stringMatching(/^vllm · mistral3-tools · agent · oracle: /),
+      expect.stringMatching(/^llamacpp · mistral3-tools · agent · hybrid: /),
+      expect.stringMatching(/^llamacpp · mistral3-tools · agent · oracle: /),
+    ]);
+  });
+
+  it("delivered comes from the sim on every profile: vLLM's usage reports no cached tokens, llama.cpp's does and agrees", () => {
+    for (const arm of ["hybrid", "oracle"]) {
+      const vllm = turns(0, arm);
+      expect(vllm.every((s) => s.reportedCachedTokens === undefined && s.simStop !== undefined)).toBe(true);
+      expect(vllm.filter((s) => s.index > 1).every((s) => s.cachedTokens > 0)).toBe(true);
+      const llamacpp = turns(1, arm);
+      expect(llamacpp.every((s) => s.reportedCachedTokens === s.cachedTokens && s.simStop !== undefined)).toBe(true);
+    }
+    // Only llama.cpp's responses give the router a figure to judge.
+    expect(turns(0, "hybrid").some((s) => s.verdict !== undefined)).toBe(false);
+    expect(turns(1, "hybrid").filter((s) => s.index > 1).every((s) => s.verdict !== undefined)).toBe(true);
+    expect(out.blocks[1]!.summaries[0]!.arms.find((a) => a.arm === "hybrid")!.corrections!.judged).toBeGreaterThanOrEqual(3);
+  });
+
+  it("the conversation sends the agent's tools, so Mistral 3 moves them to each new last user message: turn 2 finds only the system prompt cached", () => {
+    for (const block of [0, 1]) {
+      const [first, second, third] = turns(block, "oracle");
+      expect(second!.simStop).toBe("new");
+      // Turn 1 put the tools before the first user message; turn 2 moved them past it.
+      expect(second!.cachedTokens).toBeLessThan(first!.promptTokens / 4);
+      // From turn 3 on, the previous last user message keeps its place: most of the prompt is cached.
+      expect(third!.cachedTokens).toBeGreaterThan(second!.promptTokens / 2);
+    }
+  });
+
+  it("the hit table reports the warm turns kept on the previous turn's replica and delivered against the oracle's", () => {
+    for (const b of out.blocks) {
+      const arms = b.summaries[0]!.arms;
+      const oracle = arms.find((a) => a.arm === "oracle")!;
+      expect(oracle.turns).toMatchObject({ warm: 3, vsOracle: 1 });
+      const hybrid = arms.find((a) => a.arm === "hybrid")!;
+      expect(hybrid.turns!.warm).toBe(3);
+      expect(hybrid.turns!.vsOracle).toBeGreaterThan(0);
+      expect(hybrid.kvBelieved && Object.keys(hybrid.kvBelieved)).toEqual(["gpu0", "gpu1"]);
+    }
+    expect(out.text).toMatch(/warm pinned\s+turns delivered\s+÷ oracle/);
+    expect(out.text).toMatch(/^Index corrections: |^FALSE INDEX CORRECTIONS: /m);
+  });
+});
