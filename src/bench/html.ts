@@ -184,7 +184,7 @@ h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #d
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .label{font-size:12px}svg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}
 .note{color:#555}figure{margin:1em 0}figcaption{color:#555;font-size:12px}
 table.matrix{border-collapse:collapse;margin:1em 0;font-size:13px}table.matrix th,table.matrix td{border:1px solid #ddd;padding:.25em .45em;text-align:right;white-space:nowrap}
-table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+3){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2),table.matrix td:nth-child(3){text-align:left}table.matrix small{color:#555}
+table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2){text-align:left}table.matrix.blocks th:nth-child(3),table.matrix.blocks td:nth-child(3){text-align:left}table.matrix small{color:#555}
 .key{padding:0 .4em;border:1px solid #ddd}
 .alarm{background:#f4a3a3;padding:.5em .8em;font-weight:600}`;
 
@@ -214,7 +214,7 @@ export function matrixHtml(m: Matrix): string {
     .map(([label, shade]) => `<span class="key" style="background:${shade}">${label}</span>`)
     .join(" ");
   const runs = m.runs > 1 ? ` Median of ${m.runs} runs; ± is half the runs' range.` : "";
-  return `<table class="matrix">${head}${rows.join("")}</table>
+  return `<table class="matrix${blocks ? " blocks" : ""}">${head}${rows.join("")}</table>
 <p class="note">Each cell: the arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best).${runs} n = samples per arm${m.runs > 1 ? " and run" : ""}; hover a cell for its value. ${legend}</p>`;
 }
 
