@@ -6,10 +6,24 @@
 import type { ArgsDef } from "citty";
 import { POLICY_NAMES, type PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
+import { DEFAULT_ENGINE, ENGINE_PROFILES, TEMPLATES, type EngineProfileName, type TemplateName } from "../sim/index.ts";
 import { agentFirstTokens, type AgentSpec, type BurstSpec, type LadderSpec, type SharedSpec } from "./workloads.ts";
 
 export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity"] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+
+/**
+ * What the bench routers' router.toml says of each sim's KV (`--kv-tokens`): nothing (the
+ * router takes the engine's published capacity, or learns it from evidence), or the sims'
+ * real KV times `factor` (1 = the truth; 6 = the issue's "six times larger than the card
+ * really holds").
+ */
+export type KvTokensSetting = { kind: "none" } | { kind: "factor"; factor: number };
+
+/** "none", "true", "6x": as the flag takes it. */
+export function kvTokensLabel(k: KvTokensSetting): string {
+  return k.kind === "none" ? "none" : k.factor === 1 ? "true" : `${k.factor}x`;
+}
 
 /** hybrid-plain (the seed's rule) beside hybrid, so the bench shows what the cost model adds. */
 export const DEFAULT_POLICIES: PolicyName[] = ["roundrobin", "affinity", "hybrid-plain", "cache-aware", "hybrid"];
@@ -28,6 +42,12 @@ export interface BenchOptions {
   policies: PolicyName[];
   /** Add the bench-only oracle arm (sims only). */
   oracle: boolean;
+  /** Sim engine profiles: the whole bench runs on each, with its own fresh sims (sims only). */
+  engines: EngineProfileName[];
+  /** Sim chat template modes, crossed with `engines` (sims only). */
+  templates: TemplateName[];
+  /** What the bench routers' router.toml says of each sim's kv_tokens (sims only). */
+  kvTokens: KvTokensSetting;
   workloads: WorkloadName[];
   agent: AgentSpec;
   burst: BurstSpec & { count: number };
@@ -137,6 +157,18 @@ export const benchArgs = {
   redis: { type: "string", description: "Redis/Valkey URL the --routers instances share (default: start a redis-server on a free port)" },
   model: { type: "string", description: "Model to request (default: the sims' / the first replica's)" },
   policies: { type: "string", description: `Comma-separated policies (default ${DEFAULT_POLICIES.join(",")}; any of ${POLICY_NAMES.join(", ")})` },
+  engine: {
+    type: "string",
+    description: `Sims: comma-separated engine profiles, the whole bench on each with fresh sims (default ${DEFAULT_ENGINE}; any of ${ENGINE_PROFILES.join(", ")})`,
+  },
+  template: {
+    type: "string",
+    description: `Sims: comma-separated chat template modes, crossed with --engine (default chatml; any of ${TEMPLATES.join(", ")})`,
+  },
+  "kv-tokens": {
+    type: "string",
+    description: "Sims: what the routers' router.toml says of each replica's kv_tokens: none (default: discovered from the engine or learnt), true (the sims' real KV), or Fx (F times the real KV, e.g. 6x)",
+  },
   oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims", negativeDescription: "Skip the oracle arm (it asks every sim what it holds, so it needs sims)", default: true },
   workload: { type: "string", description: `Comma-separated workloads (default all: ${WORKLOAD_NAMES.join(",")})` },
   "context-tokens": { type: "string", description: `agent: prompt tokens of the last turn (${DEFAULTS.agent.contextTokens})` },
@@ -234,6 +266,9 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     ...(str("model") ? { model: str("model")! } : {}),
     policies: list("policies", POLICY_NAMES, DEFAULT_POLICIES),
     oracle: raw.oracle !== false,
+    engines: list("engine", ENGINE_PROFILES, [DEFAULT_ENGINE]),
+    templates: list("template", TEMPLATES, ["chatml"]),
+    kvTokens: kvTokensOf(str("kv-tokens"), problems),
     workloads: list("workload", WORKLOAD_NAMES, WORKLOAD_NAMES),
     agent: {
       contextTokens: num("context-tokens", DEFAULTS.agent.contextTokens),
@@ -309,6 +344,12 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   fits("agent", options.agent, "--context-tokens, --turns, --turn-tokens, --reply-tokens, --system-tokens");
   fits("mixed agents", options.mixed.agent, "--mixed-context-tokens, --mixed-turns, --turn-tokens");
   for (const f of options.capacity.families) fits(`capacity family of ${f}`, { ...options.capacity, contextTokens: f }, "--families, --family-turns");
+  // The sims' knobs mean nothing to replicas the user runs: say so rather than ignore them.
+  if (options.config !== undefined) {
+    for (const key of ["engine", "template", "kv-tokens"] as const) {
+      if (str(key) !== undefined) problems.push(`--${key}: only with simulated replicas (--config benches the replicas as they are, with its own kv_tokens)`);
+    }
+  }
   const redis = str("redis");
   if (redis !== undefined && !/^rediss?:\/\/[^/]/.test(redis)) problems.push(`--redis ${JSON.stringify(redis)}: must be a redis:// or rediss:// URL`);
   else if (redis !== undefined && options.routers < 2) problems.push("--redis: only used with --routers 2 or more");
@@ -317,3 +358,16 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
 }
 
 const DEFAULT_SIZES = DEFAULTS;
+
+/** `--kv-tokens`: none | true | <F>x (F > 0). */
+function kvTokensOf(value: string | undefined, problems: string[]): KvTokensSetting {
+  if (value === undefined || value === "none") return { kind: "none" };
+  if (value === "true") return { kind: "factor", factor: 1 };
+  const m = /^(\d+(?:\.\d+)?)x$/.exec(value);
+  const factor = m ? Number(m[1]) : NaN;
+  if (!(factor > 0)) {
+    problems.push(`--kv-tokens ${JSON.stringify(value)}: must be none (the router discovers or learns each card's KV), true (the sims' real KV) or a factor such as 6x (six times the real KV)`);
+    return { kind: "none" };
+  }
+  return { kind: "factor", factor };
+}

@@ -1,10 +1,17 @@
 /**
  * The bench's client: one streamed chat completion over plain fetch, timed the way a user
- * feels it. TTFT is the time from sending to the first chunk that carries content (not the
- * first byte: a role-only chunk is not an answer); usage comes from the final chunk that
- * `stream_options.include_usage` adds, which is the per-request cache truth.
+ * feels it. TTFT is the time from sending to the first chunk that carries generated text,
+ * content or reasoning (not the first byte: a role-only chunk is not an answer); usage
+ * comes from the final chunk that `stream_options.include_usage` adds, the engine's
+ * per-request cache report where it gives one. A sim also says, in `x-sim-prefix`, how
+ * many prompt tokens it really found cached and why the hit stopped there (docs/sim.md):
+ * the truth on engines whose usage carries no cached figure.
  */
+import type { Verdict } from "../route/router.ts";
 import { SseParser } from "../engines/sse.ts";
+
+/** Why a sim's prefix-cache hit stopped where it did (src/sim/engine-api.ts PrefixStop). */
+export type SimStop = "full" | "evicted" | "new";
 
 export interface Outcome {
   /** Where it went: the router's x-llmroute-replica header, or the oracle's choice. */
@@ -16,11 +23,20 @@ export interface Outcome {
   ttftMs: number;
   /** Real milliseconds from sending to the end of the stream. */
   totalMs: number;
-  /** The reply's text, to send back in the next turn. */
+  /** The reply's text (content), to send back in the next turn. */
   text: string;
+  /** The reply's reasoning, when the engine returned it apart (`reasoning_content`, Ollama `reasoning`), and under which field. */
+  reasoning?: { text: string; field: "reasoning_content" | "reasoning" };
   promptTokens: number;
+  /** usage's cached_tokens; 0 when usage carries none (see cachedReported). */
   cachedTokens: number;
+  /** Whether usage carried a cached figure at all (vLLM without --enable-prompt-tokens-details, Ollama: never). */
+  cachedReported: boolean;
   completionTokens: number;
+  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new>`); undefined from real engines. */
+  sim?: { cachedTokens: number; stop: SimStop };
+  /** How the router judged the engine's report against its index (its request record); undefined: no router, or no report to judge. */
+  verdict?: Verdict;
   /** Prompt tokens cached on some replica at routing time (the router's index, or the oracle's /sim/match). */
   availableTokens?: number;
   /** … cached on the chosen replica. */
@@ -54,6 +70,7 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
     text: "",
     promptTokens: 0,
     cachedTokens: 0,
+    cachedReported: false,
     completionTokens: 0,
   };
   let res: Response;
@@ -72,6 +89,8 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   // A choice made before sending (the oracle's, through its single-replica router) stands.
   outcome.replica = options.replica ?? res.headers.get("x-llmroute-replica") ?? outcome.replica;
   outcome.route = options.route ?? res.headers.get("x-llmroute-route") ?? outcome.route;
+  const sim = parseSimPrefix(res.headers.get("x-sim-prefix"));
+  if (sim) outcome.sim = sim;
   if (!res.ok || !res.body) {
     outcome.error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 300)}`;
     outcome.totalMs = now() - started;
@@ -88,15 +107,20 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
       return;
     }
     if (chunk.error) outcome.error = typeof chunk.error === "string" ? chunk.error : (chunk.error.message ?? "stream error");
-    const content = chunk.choices?.[0]?.delta?.content;
-    if (content) {
-      if (Number.isNaN(outcome.ttftMs)) outcome.ttftMs = now() - started;
-      outcome.text += content;
-    }
+    const delta = chunk.choices?.[0]?.delta;
+    const content = delta?.content;
+    // A reasoning model's first tokens are its reasoning: they are generated tokens too.
+    const field = typeof delta?.reasoning_content === "string" ? "reasoning_content" : typeof delta?.reasoning === "string" ? "reasoning" : undefined;
+    const reasoning = field ? delta![field]! : "";
+    if ((content || reasoning) && Number.isNaN(outcome.ttftMs)) outcome.ttftMs = now() - started;
+    if (content) outcome.text += content;
+    if (reasoning) outcome.reasoning = { text: (outcome.reasoning?.text ?? "") + reasoning, field: field! };
     if (chunk.usage) {
       outcome.promptTokens = chunk.usage.prompt_tokens ?? 0;
       outcome.completionTokens = chunk.usage.completion_tokens ?? 0;
-      outcome.cachedTokens = chunk.usage.prompt_tokens_details?.cached_tokens ?? 0;
+      const cached = chunk.usage.prompt_tokens_details?.cached_tokens;
+      outcome.cachedReported = typeof cached === "number";
+      outcome.cachedTokens = cached ?? 0;
     }
   };
   try {
@@ -112,8 +136,14 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   return outcome;
 }
 
+/** `cached=<tokens>; stop=<full|evicted|new>` (src/sim/app.ts); undefined when absent or malformed. */
+export function parseSimPrefix(header: string | null): Outcome["sim"] {
+  const m = header && /^cached=(\d+); stop=(full|evicted|new)$/.exec(header.trim());
+  return m ? { cachedTokens: Number(m[1]), stop: m[2] as SimStop } : undefined;
+}
+
 interface StreamChunk {
-  choices?: { delta?: { content?: string | null } }[];
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null } }[];
   usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
   error?: string | { message?: string };
 }

@@ -1,19 +1,20 @@
 /**
  * `llmroute bench`: every policy measured side by side on the same replicas — simulated
- * (`--sim N`, plus the bench-only oracle) or the user's own (`--config router.toml`) —
- * once or `--runs N` times with fresh salts, with the matrix and tables on stdout, progress
- * on stderr, and optional JSON and HTML reports.
+ * (`--sim N`, plus the bench-only oracle; on each `--engine` profile and `--template` mode)
+ * or the user's own (`--config router.toml`) — once or `--runs N` times with fresh salts,
+ * with the matrix and tables on stdout, progress on stderr, and optional JSON and HTML reports.
  * Returns the exit code: 0, or 1 when any request failed (the tables count them).
  */
 import { defineCommand } from "citty";
 import { startRedisServer, type RedisServer } from "../cluster/redis-server.ts";
 import { loadConfigFile } from "../config.ts";
+import type { EngineProfileName, TemplateName } from "../sim/index.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
 import { stderrProgress } from "./progress.ts";
-import { buildMatrix, type Matrix } from "./matrix.ts";
-import { poolRuns, renderText, summarizeWorkload, type WorkloadSummary } from "./report.ts";
-import { runBench, type BenchResult, type Progress } from "./run.ts";
+import { buildMatrix, stackMatrices, type Matrix } from "./matrix.ts";
+import { correctionSummary, engineBlock, renderText, type EngineBlock } from "./report.ts";
+import { runBench, setupLabel, type BenchResult, type Progress } from "./run.ts";
 import { configTarget, simTarget, type Target } from "./targets.ts";
 import { newRunId } from "./workloads.ts";
 
@@ -25,66 +26,102 @@ export interface BenchIo {
 }
 
 export interface BenchOutput {
-  /** Every run's result; one per --runs. */
-  results: BenchResult[];
-  /** The runs pooled (the single run when there is one). */
-  result: BenchResult;
-  /** Summaries of the pooled runs: the detailed tables. */
-  summaries: WorkloadSummary[];
+  /** One per engine setup (--engine × --template on sims; one block for --config or a given target), in order. */
+  blocks: EngineBlock[];
+  /** Every block's rows, one block under the other. */
   matrix: Matrix;
   text: string;
   errors: number;
 }
 
-/** Start the target, run every workload × arm, write the files, print the tables. */
+/** One engine setup of the sims: a profile and a template (what a row block measures). */
+interface Setup {
+  engine: EngineProfileName;
+  template: TemplateName;
+}
+
+/**
+ * Start the target(s), run every workload × arm `--runs` times on each, write the files,
+ * print the tables. On sims each engine setup (--engine × --template) gets its own fresh
+ * sims; a given `target` (tests, the demo) is the one setup.
+ */
 export async function bench(options: BenchOptions, io: BenchIo, target?: Target): Promise<BenchOutput> {
-  const own = target === undefined;
   // --routers N: the instances share a Redis; the bench starts one unless given --redis.
   let redis: RedisServer | undefined;
-  if (own && options.routers > 1 && !options.redis) redis = await startRedisServer();
+  if (target === undefined && options.routers > 1 && !options.redis) redis = await startRedisServer();
   const fleet = options.routers > 1 ? { routers: options.routers, redis: options.redis ?? redis!.url } : undefined;
   try {
-    target ??= options.config
-      ? await configTarget(await loadConfigFile(options.config), options.model, fleet)
-      : await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...(fleet ? { fleet } : {}) });
-  } catch (error) {
-    await redis?.stop();
-    throw error;
-  }
-  try {
-    const where = target.kind === "sim" ? `${target.replicas.length} sim replicas, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
-    const arms = [...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])];
-    const instances = fleet ? `router instances: ${fleet.routers} per arm, sharing ${redis ? "a redis-server started by the bench" : "the Redis at --redis"}; requests spread round-robin` : undefined;
-    const results: BenchResult[] = [];
-    for (let r = 1; r <= options.runs; r++) {
-      // A fresh run id is a fresh salt: no run measures another's warm cache.
-      const run = newRunId();
-      const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
-      io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
-      if (instances) io.progress.line(instances);
-      results.push(await runBench(target, options, run, io.progress));
+    const blocks: EngineBlock[] = [];
+    if (target) blocks.push(await benchTarget(target, options, io, fleet, redis !== undefined));
+    else if (options.config) {
+      const own = await configTarget(await loadConfigFile(options.config), options.model, fleet);
+      blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined).finally(() => own.stop()));
+    } else {
+      const setups: Setup[] = options.engines.flatMap((engine) => options.templates.map((template) => ({ engine, template })));
+      for (const setup of setups) {
+        // Fresh sims for every setup: no engine starts from another's cache or counters.
+        const own = await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...setup, kvTokens: options.kvTokens, ...(fleet ? { fleet } : {}) });
+        blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined).finally(() => own.stop()));
+      }
     }
-    const replicas = target.replicas.map((r) => r.name);
-    const perRun = results.map((res) => res.workloads.map((w) => summarizeWorkload(w, replicas)));
-    const result = poolRuns(results);
-    const summaries = result.workloads.map((w) => summarizeWorkload(w, replicas));
-    const matrix = buildMatrix(perRun);
-    const text = `${instances ? `${instances}\n\n` : ""}${renderText(result, summaries, matrix)}`;
-    if (options.json) {
-      const { workloads: _pooled, ...meta } = result;
-      const runs = results.map((res, i) => ({ run: res.run, startedAt: res.startedAt, elapsedS: res.elapsedS, workloads: res.workloads, summaries: perRun[i] }));
-      await Bun.write(options.json, `${JSON.stringify({ ...meta, matrix, summaries, runs }, jsonNumbers, 2)}\n`);
-    }
-    if (options.report) await Bun.write(options.report, renderHtml(result, summaries, matrix));
+    const matrix = stackMatrices(blocks.map((b) => buildMatrix(b.perRun, b.label)));
+    const instances = fleet ? instancesLine(fleet, redis !== undefined) : undefined;
+    const text = `${instances ? `${instances}\n\n` : ""}${renderText(blocks, matrix)}`;
+    if (options.json) await Bun.write(options.json, `${JSON.stringify(jsonReport(blocks, matrix), jsonNumbers, 2)}\n`);
+    if (options.report) await Bun.write(options.report, renderHtml(blocks, matrix));
     io.out(text);
     if (options.json && !io.quietFiles) io.progress.line(`JSON: ${options.json}`);
     if (options.report && !io.quietFiles) io.progress.line(`HTML report: ${options.report}`);
-    const errors = summaries.reduce((a, w) => a + w.arms.reduce((b, s) => b + s.errors, 0), 0);
-    return { results, result, summaries, matrix, text, errors };
+    const errors = blocks.reduce((a, b) => a + b.summaries.reduce((c, w) => c + w.arms.reduce((d, s) => d + s.errors, 0), 0), 0);
+    return { blocks, matrix, text, errors };
   } finally {
-    if (own) await target.stop();
     await redis?.stop();
   }
+}
+
+function instancesLine(fleet: { routers: number }, started: boolean): string {
+  return `router instances: ${fleet.routers} per arm, sharing ${started ? "a redis-server started by the bench" : "the Redis at --redis"}; requests spread round-robin`;
+}
+
+/** Every run of one target, as one row block. */
+async function benchTarget(target: Target, options: BenchOptions, io: BenchIo, fleet: { routers: number } | undefined, redisStarted: boolean): Promise<EngineBlock> {
+  const label = setupLabel(target.sim);
+  const where = target.kind === "sim" ? `${target.replicas.length} sim replicas${label ? ` (${label})` : ""}, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
+  const arms = [...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])];
+  const results: BenchResult[] = [];
+  for (let r = 1; r <= options.runs; r++) {
+    // A fresh run id is a fresh salt: no run measures another's warm cache.
+    const run = newRunId();
+    const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
+    io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
+    if (fleet) io.progress.line(instancesLine(fleet, redisStarted));
+    results.push(await runBench(target, options, run, io.progress));
+  }
+  return engineBlock(results, label);
+}
+
+/**
+ * The JSON file: the options, the stacked matrix, the corrections summary, and per engine
+ * setup its target, pooled summaries and every run (samples and summaries).
+ */
+export function jsonReport(blocks: readonly EngineBlock[], matrix: Matrix): Record<string, unknown> {
+  const first = blocks[0]!.result;
+  const { text: _text, ...corrections } = correctionSummary(blocks);
+  return {
+    options: first.options,
+    startedAt: first.startedAt,
+    elapsedS: blocks.reduce((a, b) => a + b.result.elapsedS, 0),
+    matrix,
+    corrections,
+    engines: blocks.map((b) => ({
+      ...(b.label === undefined ? {} : { label: b.label }),
+      ...(b.result.target.sim ?? {}),
+      run: b.result.run,
+      target: b.result.target,
+      summaries: b.summaries,
+      runs: b.results.map((res, i) => ({ run: res.run, startedAt: res.startedAt, elapsedS: res.elapsedS, workloads: res.workloads, summaries: b.perRun[i] })),
+    })),
+  };
 }
 
 /** NaN and Infinity are not JSON: write null. */

@@ -6,8 +6,20 @@
  * workload — and the text report's tables; the headline ratios last.
  */
 import type { WorkloadName } from "./args.ts";
-import { fmt, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
-import { describeRun, headlineLines, headlines, HIT_NOTE, hitTable, rungTable, TITLES, workloadNote, workloadTable, type WorkloadSummary } from "./report.ts";
+import { fmt, hasBlocks, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
+import {
+  correctionSummary,
+  describeRun,
+  headlineLines,
+  headlines,
+  HIT_NOTE,
+  hitTable,
+  rungTable,
+  TITLES,
+  workloadNote,
+  workloadTable,
+  type EngineBlock,
+} from "./report.ts";
 import type { BenchResult, Sample } from "./run.ts";
 import { median } from "./stats.ts";
 
@@ -172,8 +184,9 @@ h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #d
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .label{font-size:12px}svg .grid{stroke:#e4e4e4}svg .axis{stroke:#888}
 .note{color:#555}figure{margin:1em 0}figcaption{color:#555;font-size:12px}
 table.matrix{border-collapse:collapse;margin:1em 0;font-size:13px}table.matrix th,table.matrix td{border:1px solid #ddd;padding:.25em .45em;text-align:right;white-space:nowrap}
-table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2){text-align:left}table.matrix small{color:#555}
-.key{padding:0 .4em;border:1px solid #ddd}`;
+table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:left}table.matrix td:first-child,table.matrix td:nth-child(2){text-align:left}table.matrix.blocks th:nth-child(3),table.matrix.blocks td:nth-child(3){text-align:left}table.matrix small{color:#555}
+.key{padding:0 .4em;border:1px solid #ddd}
+.alarm{background:#f4a3a3;padding:.5em .8em;font-weight:600}`;
 
 function samplesOf(result: BenchResult, workload: WorkloadName): { arm: string; samples: Sample[] }[] {
   const w = result.workloads.find((x) => x.workload === workload);
@@ -184,7 +197,8 @@ const SHADES: Record<Tier | "worst", string> = { best: "#c7e9c0", near: "#fff2b3
 
 /** The matrix as a shaded table: green within 5 % of the best arm, yellow within 25 %, orange beyond, red past 2×. */
 export function matrixHtml(m: Matrix): string {
-  const head = `<tr><th>workload</th><th>headline</th><th>n</th>${m.arms.map((a) => `<th>${escapeHtml(a)}</th>`).join("")}<th>best</th></tr>`;
+  const blocks = hasBlocks(m);
+  const head = `<tr>${blocks ? "<th>engine</th>" : ""}<th>workload</th><th>headline</th><th>n</th>${m.arms.map((a) => `<th>${escapeHtml(a)}</th>`).join("")}<th>best</th></tr>`;
   const rows = m.rows.map((r) => {
     const cells = r.cells.map((c) => {
       const tier = tierOf(c.relative);
@@ -194,22 +208,22 @@ export function matrixHtml(m: Matrix): string {
       const title = `${fmt(c.value, r.unit)}; n=${c.n.join("+")}${spread ? `; runs ${c.runs.map((v) => fmt(v, r.unit)).join(", ")}` : ""}`;
       return `<td style="background:${shade}" title="${escapeHtml(title)}">${c.relative.toFixed(2)}×${spread ? ` <small>${spread}</small>` : ""}</td>`;
     });
-    return `<tr><td>${r.workload}</td><td>${escapeHtml(r.what)}</td><td class="num">${sampleSize(r)}</td>${cells.join("")}<td class="num">${escapeHtml(`${fmt(r.best.value, r.unit)} ${r.best.arm}`)}</td></tr>`;
+    return `<tr>${blocks ? `<td>${escapeHtml(r.engine ?? "-")}</td>` : ""}<td>${r.workload}</td><td>${escapeHtml(r.what)}</td><td class="num">${sampleSize(r)}</td>${cells.join("")}<td class="num">${escapeHtml(`${fmt(r.best.value, r.unit)} ${r.best.arm}`)}</td></tr>`;
   });
   const legend = Object.entries({ "within 5 % of the best": SHADES.best, "within 25 %": SHADES.near, "further": SHADES.far, "over 2×": SHADES.worst })
     .map(([label, shade]) => `<span class="key" style="background:${shade}">${label}</span>`)
     .join(" ");
   const runs = m.runs > 1 ? ` Median of ${m.runs} runs; ± is half the runs' range.` : "";
-  return `<table class="matrix">${head}${rows.join("")}</table>
+  return `<table class="matrix${blocks ? " blocks" : ""}">${head}${rows.join("")}</table>
 <p class="note">Each cell: the arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best).${runs} n = samples per arm${m.runs > 1 ? " and run" : ""}; hover a cell for its value. ${legend}</p>`;
 }
 
-export function renderHtml(result: BenchResult, summaries: readonly WorkloadSummary[], matrix: Matrix): string {
-  const t = result.target;
-  const replicas = t.replicas.map((r) => r.name);
-  const { title, where } = describeRun(result, matrix.runs);
+/** One engine setup's sections: per workload its charts, tables and notes, then its headline ratios. */
+function blockSections(block: EngineBlock, runs: number, prefix: string, explain: boolean): string[] {
+  const { result, summaries } = block;
+  const replicas = result.target.replicas.map((r) => r.name);
   const sections: string[] = [];
-  let explained = false;
+  let explained = !explain;
   for (const w of summaries) {
     const charts: string[] = [];
     const bySample = samplesOf(result, w.workload);
@@ -217,7 +231,7 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
       charts.push(
         figure(
           turnChart(bySample.map(({ arm, samples }) => ({ arm, turns: samples.filter((s) => s.kind === "turn" && s.group === 0).map((s) => ({ turn: s.index, ttftMs: s.ttftMs })) }))),
-          `TTFT of every turn of the conversation, per policy${matrix.runs > 1 ? " (each turn's median over the runs)" : ""}. Turn 1 is cold everywhere; after it, a policy that keeps the conversation on one replica stays low.`,
+          `TTFT of every turn of the conversation, per policy${runs > 1 ? " (each turn's median over the runs)" : ""}. Turn 1 is cold everywhere; after it, a policy that keeps the conversation on one replica stays low.`,
         ),
       );
     }
@@ -261,19 +275,28 @@ export function renderHtml(result: BenchResult, summaries: readonly WorkloadSumm
     const notes = [explained ? undefined : HIT_NOTE, workloadNote(w.workload, result)].filter((x) => x !== undefined);
     explained = true;
     sections.push(
-      `<h2>${escapeHtml(TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(tables.join("\n\n"))}</pre>${notes.map((n) => `<p class="note">${escapeHtml(n)}</p>`).join("")}`,
+      `<h2>${escapeHtml(prefix + TITLES[w.workload])}</h2>\n${charts.join("\n")}\n<pre>${escapeHtml(tables.join("\n\n"))}</pre>${notes.map((n) => `<p class="note">${escapeHtml(n)}</p>`).join("")}`,
     );
   }
   const hl = headlines(summaries);
+  if (hl.length) sections.push(`<h2>${escapeHtml(prefix)}Headline ratios</h2><pre>${escapeHtml(headlineLines(hl))}</pre>`);
+  return sections;
+}
+
+export function renderHtml(blocks: readonly EngineBlock[], matrix: Matrix): string {
+  const first = blocks[0]!.result;
+  const { title, where } = describeRun(blocks, matrix.runs);
+  const corrections = correctionSummary(blocks);
+  const sections = blocks.flatMap((b, i) => blockSections(b, matrix.runs, blocks.length > 1 && b.label ? `${b.label}: ` : "", i === 0));
   return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>llmroute bench ${escapeHtml(result.run)}</title><style>${CSS}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>llmroute bench ${escapeHtml(blocks.map((b) => b.result.run).join(", "))}</title><style>${CSS}</style></head>
 <body>
 <h1>llmroute bench</h1>
-<p class="note">${escapeHtml(title)}, started ${escapeHtml(result.startedAt)}. ${escapeHtml(where)}.
+<p class="note">${escapeHtml(title)}, started ${escapeHtml(first.startedAt)}. ${escapeHtml(where)}.
 Every arm starts from a cold, equal fleet; every prompt opens with a salt line unique to the run, workload and arm. n = sample size.</p>
 ${matrixHtml(matrix)}
+<p class="${corrections.false > 0 ? "alarm" : "note"}">${escapeHtml(corrections.text)}</p>
 ${sections.join("\n")}
-${hl.length ? `<h2>Headline ratios</h2><pre>${escapeHtml(headlineLines(hl))}</pre>` : ""}
 </body></html>
 `;
 }

@@ -23,6 +23,8 @@ export interface MatrixCell {
 }
 
 export interface MatrixRow {
+  /** The row block: which sim engine setup (setupLabel) it was measured on; undefined on real replicas. */
+  engine?: string;
   workload: WorkloadName;
   /** What the figure is, e.g. "warm-turn TTFT p50". */
   what: string;
@@ -74,8 +76,8 @@ function figuresOf(workload: WorkloadName): Figure[] {
   return workload === "mixed" ? [keyFigure, burstFigure] : [keyFigure];
 }
 
-/** `perRun[r]` is run r's workload summaries, in the same workload and arm order every run. */
-export function buildMatrix(perRun: readonly (readonly WorkloadSummary[])[]): Matrix {
+/** `perRun[r]` is run r's workload summaries, in the same workload and arm order every run; `engine` names the row block. */
+export function buildMatrix(perRun: readonly (readonly WorkloadSummary[])[], engine?: string): Matrix {
   const first = perRun[0] ?? [];
   // Every arm of any workload gets a column; a workload it did not run shows "-".
   const arms = [...new Set(first.flatMap((w) => w.arms.map((a) => a.arm)))];
@@ -100,10 +102,25 @@ export function buildMatrix(perRun: readonly (readonly WorkloadSummary[])[]): Ma
       const finite = cells.filter((c) => Number.isFinite(c.value));
       const best = finite.length === 0 ? { arm: "-", value: NaN } : finite.reduce((b, c) => (c.value < b.value ? c : b));
       for (const c of cells) c.relative = c.value / best.value;
-      rows.push({ workload: w.workload, what, unit, best: { arm: best.arm, value: best.value }, cells });
+      rows.push({ ...(engine === undefined ? {} : { engine }), workload: w.workload, what, unit, best: { arm: best.arm, value: best.value }, cells });
     }
   }
   return { runs: perRun.length, arms, rows };
+}
+
+/** Row blocks one under the other (one per engine setup); an arm one block lacks shows "-" there. */
+export function stackMatrices(blocks: readonly Matrix[]): Matrix {
+  if (blocks.length === 1) return blocks[0]!;
+  const arms = [...new Set(blocks.flatMap((m) => m.arms))];
+  const rows = blocks.flatMap((m) =>
+    m.rows.map((r) => ({ ...r, cells: arms.map((arm) => r.cells.find((c) => c.arm === arm) ?? { arm, value: NaN, relative: NaN, runs: [], n: [] }) })),
+  );
+  return { runs: Math.max(...blocks.map((m) => m.runs)), arms, rows };
+}
+
+/** Whether the matrix has several row blocks (then each row names its engine setup). */
+export function hasBlocks(m: Matrix): boolean {
+  return new Set(m.rows.map((r) => r.engine)).size > 1;
 }
 
 /** The mark of a relative figure: the issue's target band (5 %), near (25 %), far. */
@@ -144,10 +161,19 @@ export function matrixText(m: Matrix): string {
     `Each arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best)${many ? `, median of ${m.runs} runs, ± half their range` : ""}.`,
     `● within 5 % of the best   ◐ within 25 %   ○ further   n = samples per arm${many ? " and run" : ""}`,
   ];
+  const blocks = hasBlocks(m);
+  const lead = blocks ? 1 : 0;
   const body = table(
-    ["workload", "headline", "n", ...m.arms, "best"],
-    m.rows.map((r) => [r.workload, r.what, sampleSize(r), ...r.cells.map(cellText), Number.isFinite(r.best.value) ? `${fmt(r.best.value, r.unit)} ${r.best.arm}` : "-"]),
-    { right: [2, ...m.arms.map((_, i) => i + 3)] },
+    [...(blocks ? ["engine"] : []), "workload", "headline", "n", ...m.arms, "best"],
+    m.rows.map((r) => [
+      ...(blocks ? [r.engine ?? "-"] : []),
+      r.workload,
+      r.what,
+      sampleSize(r),
+      ...r.cells.map(cellText),
+      Number.isFinite(r.best.value) ? `${fmt(r.best.value, r.unit)} ${r.best.arm}` : "-",
+    ]),
+    { right: [lead + 2, ...m.arms.map((_, i) => lead + i + 3)] },
   );
   return [...head, body].join("\n");
 }

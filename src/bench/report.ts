@@ -44,7 +44,48 @@ export interface ArmSummary {
   capacityWarnings?: string[];
   preemptions?: number;
   evictedBlocks?: number;
+  /** Sims: first admissions by why their cache hit stopped (full, evicted, new). */
+  simStops?: { full: number; evicted: number; new: number };
+  /** The router's verdicts and index corrections, over the arm and per replica; undefined for the oracle (no index). */
+  corrections?: Corrections;
+  /** Conversations (agent, mixed, capacity): where the warm turns went and what they got. */
+  turns?: TurnPlacement;
+  /** The KV the router believed each replica holds at the end of the arm (tokens; 0 = unknown). */
+  kvBelieved?: Record<string, number>;
   wallMs: number;
+}
+
+/**
+ * How the router judged the engine's per-request reports against its index. A `miss` is a
+ * correction: the router dropped that replica's entries as evicted. It is false when the sim
+ * says nothing was evicted there (its stop was `new` or `full`, not `evicted`): the index
+ * lost entries the engine still held. `template`: a shortfall the router put down to the
+ * chat template, correcting nothing.
+ */
+export interface CorrectionCount {
+  /** Requests whose report the router judged (had a verdict). */
+  judged: number;
+  corrections: number;
+  /** Corrections where the sim had evicted nothing; undefined when no correction could be checked (real replicas). */
+  false?: number;
+  /** Corrections whose sim stop is unknown (real replicas), so neither true nor false. */
+  unchecked: number;
+  templates: number;
+}
+
+export interface Corrections extends CorrectionCount {
+  perReplica: Record<string, CorrectionCount>;
+}
+
+export interface TurnPlacement {
+  /** Warm turns (turn ≥ 2 whose previous turn succeeded) sent to the replica that served the previous turn, ÷ such turns. */
+  pinned: number;
+  /** Those warm turns: the sample size of `pinned`. */
+  warm: number;
+  /** Σ delivered ÷ Σ prompt tokens over every conversation turn (turn 1 included). */
+  delivered: number;
+  /** delivered ÷ the oracle arm's on the same workload (the oracle places with perfect knowledge of the sims' caches); undefined without an oracle. */
+  vsOracle?: number;
 }
 
 /** Three hit rates, each Σ tokens ÷ Σ prompt tokens of the same requests. */
@@ -89,6 +130,46 @@ export function hitRates(samples: readonly Sample[]): HitRates {
   if (available !== undefined) out.available = available;
   if (captured !== undefined) out.captured = captured;
   return out;
+}
+
+export function correctionCount(samples: readonly Sample[]): CorrectionCount {
+  const misses = samples.filter((s) => s.verdict === "miss");
+  const checked = misses.filter((s) => s.simStop !== undefined);
+  const out: CorrectionCount = {
+    judged: samples.filter((s) => s.verdict !== undefined).length,
+    corrections: misses.length,
+    unchecked: misses.length - checked.length,
+    templates: samples.filter((s) => s.verdict === "template").length,
+  };
+  if (checked.length > 0 || misses.length === 0) out.false = checked.filter((s) => s.simStop !== "evicted").length;
+  return out;
+}
+
+export function corrections(samples: readonly Sample[], replicas: readonly string[]): Corrections {
+  const names = [...new Set([...replicas, ...samples.map((s) => s.replica)])];
+  return { ...correctionCount(samples), perReplica: Object.fromEntries(names.map((r) => [r, correctionCount(samples.filter((s) => s.replica === r))])) };
+}
+
+/** Conversation turns: the share of warm turns kept on the previous turn's replica, and the turns' delivered hit rate. */
+export function turnPlacement(turns: readonly Sample[]): TurnPlacement {
+  // Pooled runs reuse group numbers: a conversation is (run, group).
+  const byConversation = new Map<string, Sample[]>();
+  for (const s of turns) {
+    const key = `${s.run ?? 0}/${s.group}`;
+    byConversation.set(key, [...(byConversation.get(key) ?? []), s]);
+  }
+  let warm = 0;
+  let pinned = 0;
+  for (const list of byConversation.values()) {
+    const at = new Map(list.map((s) => [s.index, s]));
+    for (const s of list) {
+      const previous = at.get(s.index - 1);
+      if (s.index < 2 || !previous) continue;
+      warm++;
+      if (previous.replica === s.replica) pinned++;
+    }
+  }
+  return { pinned: warm === 0 ? NaN : pinned / warm, warm, delivered: cachedShare(turns) };
 }
 
 export function hitDecomposition(samples: readonly Sample[], replicas: readonly string[]): HitDecomposition {
@@ -156,12 +237,29 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
     out.ladder = rungSummary(-1, others.filter((s) => (s.rung ?? 0) >= 1));
   }
   if (arm.bursts.length > 0) out.burstWall = summarize(arm.bursts.map((b) => b.wallMs));
-  if (arm.warnings) out.capacityWarnings = arm.warnings.filter((w) => /working set ~|conversations active on/.test(w));
+  if (arm.warnings) out.capacityWarnings = arm.warnings.filter(isCapacityWarning);
   if (arm.sim) {
     out.preemptions = arm.sim.preemptions;
     out.evictedBlocks = arm.sim.evictedBlocks;
+    if (arm.sim.stops) out.simStops = arm.sim.stops;
   }
+  // The oracle routes without an index: it has nothing to correct.
+  if (arm.arm !== "oracle") out.corrections = corrections(good, replicas);
+  if (CONVERSING.has(workload)) out.turns = turnPlacement(turns);
+  if (arm.kvBelieved) out.kvBelieved = arm.kvBelieved;
   return out;
+}
+
+/** The workloads whose requests are conversations (each turn re-sends the previous one and its reply). */
+export const CONVERSING: ReadonlySet<WorkloadName> = new Set(["agent", "mixed", "capacity"]);
+
+/**
+ * The router's capacity findings among its /status warnings: over a KV, whichever figure it
+ * took (router.toml's kv_tokens, the engine's published KV, the KV its evictions show), and
+ * a kv_tokens the evidence contradicts.
+ */
+export function isCapacityWarning(warning: string): boolean {
+  return /: working set ~|conversations active on \d+ slots|kv_tokens/.test(warning);
 }
 
 export interface WorkloadSummary {
@@ -172,7 +270,11 @@ export interface WorkloadSummary {
 }
 
 export function summarizeWorkload(w: WorkloadResult, replicas: readonly string[]): WorkloadSummary {
-  return { workload: w.workload, arms: w.arms.map((a) => summarizeArm(w.workload, a, replicas)), ...(w.ceiling === undefined ? {} : { ceiling: w.ceiling }) };
+  const arms = w.arms.map((a) => summarizeArm(w.workload, a, replicas));
+  // What the engine could deliver: the oracle's placement, with perfect knowledge of the sims' caches.
+  const oracle = arms.find((a) => a.arm === "oracle")?.turns?.delivered;
+  if (oracle !== undefined) for (const a of arms) if (a.turns) a.turns.vsOracle = ratio(a.turns.delivered, oracle);
+  return { workload: w.workload, arms, ...(w.ceiling === undefined ? {} : { ceiling: w.ceiling }) };
 }
 
 // --- headline ratios ------------------------------------------------------------------------
@@ -361,35 +463,65 @@ export function rungTable(w: WorkloadSummary, options: BenchResult["options"]): 
   );
 }
 
-/** Where the hits were lost, per arm and per replica: available → captured → delivered. */
+/** "3 (0)": corrections and how many were false; "?" where the engine's truth is unknown. */
+export function correctionText(c: CorrectionCount | undefined): string {
+  if (!c) return "-";
+  // An engine whose usage carries no cached tokens (vLLM by default, Ollama) gets no per-request verdict.
+  if (c.judged === 0) return "none judged";
+  const wrong = c.false === undefined ? "?" : c.unchecked > 0 ? `${c.false}+${c.unchecked}?` : String(c.false);
+  return `${c.corrections} (${wrong})`;
+}
+
+/**
+ * Where the hits were lost, per arm and per replica: available → captured → delivered; the
+ * router's corrections of its index (and how many were false) and template verdicts; and on
+ * conversations, how many warm turns stayed on the previous turn's replica and what their
+ * turns got against the oracle's.
+ */
 export function hitTable(w: WorkloadSummary, replicas: readonly string[]): string {
   const ceiling = w.ceiling;
+  const conversing = CONVERSING.has(w.workload);
   const three = (h: HitRates | undefined) => (h ? `${h.available === undefined ? "-" : pct(h.available)}/${h.captured === undefined ? "-" : pct(h.captured)}/${share(h.delivered)}` : "-");
+  const header = [
+    "hit rate (all requests)",
+    "available",
+    "captured",
+    "delivered",
+    ...(ceiling === undefined ? [] : ["ceiling", "÷ ceiling"]),
+    "corrections (false)",
+    "template",
+    ...(conversing ? ["warm pinned", "turns delivered", "÷ oracle"] : []),
+    ...replicas.map((r) => `${r} n a/c/d corrections (false)`),
+  ];
   return table(
-    [
-      "hit rate (all requests)",
-      "available",
-      "captured",
-      "delivered",
-      ...(ceiling === undefined ? [] : ["ceiling", "÷ ceiling"]),
-      ...replicas.map((r) => `${r} n a/c/d`),
-    ],
+    header,
     w.arms.map((s) => [
       s.arm,
       s.hits.available === undefined ? "-" : pct(s.hits.available),
       s.hits.captured === undefined ? "-" : pct(s.hits.captured),
       share(s.hits.delivered),
       ...(ceiling === undefined ? [] : [share(ceiling), share(s.hits.delivered / ceiling)]),
-      ...replicas.map((r) => `${s.hits.perReplica[r]?.requests ?? 0} ${three(s.hits.perReplica[r])}`),
+      correctionText(s.corrections),
+      s.corrections && s.corrections.judged > 0 ? String(s.corrections.templates) : "-",
+      ...(conversing ? [s.turns && s.turns.warm > 0 ? `${share(s.turns.pinned)} of ${s.turns.warm}` : "-", share(s.turns?.delivered ?? NaN), share(s.turns?.vsOracle ?? NaN)] : []),
+      ...replicas.map((r) => {
+        const cell = `${s.hits.perReplica[r]?.requests ?? 0} ${three(s.hits.perReplica[r])}`;
+        return s.corrections ? `${cell} ${correctionText(s.corrections.perReplica[r])}` : cell;
+      }),
     ]),
-    { right: [1, 2, 3, ...(ceiling === undefined ? [] : [4, 5])] },
+    { right: header.map((_, i) => i).filter((i) => i >= 1 && i < header.length - replicas.length) },
   );
 }
 
 /** What the decomposition columns mean, printed once under the first hit table. */
 export const HIT_NOTE =
   "available: prompt tokens cached on some replica when the request was routed, by the router's index (oracle: by the sims); captured: on the replica chosen; " +
-  "delivered: cached_tokens from the engine. Each Σ ÷ Σ prompt tokens; - = the router does not report it. ceiling: the best any placement can deliver (each document's, group's or prompt's first request misses).";
+  "delivered: on sims, the prompt tokens the sim found cached (its x-sim-prefix header: the vllm and ollama profiles report none in usage), on real replicas usage's cached_tokens. " +
+  "Each Σ ÷ Σ prompt tokens; - = the router does not report it. ceiling: the best any placement can deliver (each document's, group's or prompt's first request misses).\n" +
+  "corrections (false): responses the router judged a miss and corrected its index for (dropped that replica's entries as evicted), and in brackets how many of them were false: " +
+  "the sim had evicted nothing there (its stop was new or full, not evicted); ? = not checkable (real replicas); none judged: no response carried cached tokens to judge (vllm, ollama). template: shortfalls the router put down to the chat template (no correction).\n" +
+  "warm pinned: conversation turns ≥ 2 sent to the replica that served the previous turn, of all such turns; turns delivered: the same hit rate over the conversations' turns; " +
+  "÷ oracle: that ÷ the oracle arm's, which places each turn with perfect knowledge of the sims' caches: what the engine could deliver.";
 
 function warned(s: ArmSummary): string {
   if (s.capacityWarnings === undefined) return "n/a";
@@ -436,35 +568,133 @@ export function workloadNote(workload: WorkloadName, result: BenchResult): strin
   );
 }
 
+/**
+ * One engine setup's bench (a row block of the matrix): every run's result, the runs pooled,
+ * the pooled summaries (the detailed tables) and each run's own (the matrix).
+ */
+export interface EngineBlock {
+  /** The block's name (setupLabel: "vllm", "sglang · qwen3-reasoning"); undefined on real replicas. */
+  label?: string;
+  results: BenchResult[];
+  result: BenchResult;
+  summaries: WorkloadSummary[];
+  perRun: WorkloadSummary[][];
+}
+
+export function engineBlock(results: readonly BenchResult[], label?: string): EngineBlock {
+  const replicas = results[0]!.target.replicas.map((r) => r.name);
+  const result = poolRuns(results);
+  return {
+    ...(label === undefined ? {} : { label }),
+    results: [...results],
+    result,
+    summaries: result.workloads.map((w) => summarizeWorkload(w, replicas)),
+    perRun: results.map((r) => r.workloads.map((w) => summarizeWorkload(w, replicas))),
+  };
+}
+
+/** What router.toml's kv_tokens said, in words ("none", "true", "6x" as --kv-tokens takes them). */
+export function kvTokensText(label: string, realKv: number): string {
+  if (label === "none") return "router.toml kv_tokens: none (each router takes the KV the engine publishes, or learns it from evictions)";
+  if (label === "true") return `router.toml kv_tokens: the sims' real KV (${int(realKv)})`;
+  const factor = Number(label.replace(/x$/, ""));
+  return `router.toml kv_tokens: ${label.replace(/x$/, "×")} the sims' real KV (${int(realKv * factor)})`;
+}
+
 /** Where and how long: the report's first lines. */
-export function describeRun(result: BenchResult, runs: number): { title: string; where: string } {
-  const t = result.target;
-  const where =
-    t.kind === "sim"
-      ? `${t.replicas.length} simulated 3090-class replicas (${int(t.replicas[0]?.kvTokens ?? 0)} KV tokens each), time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`
-      : `${t.replicas.length} replicas from ${result.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
-  const title = `${runs > 1 ? `${runs} runs ${result.run.split("+").join(", ")}` : `run ${result.run}`}, ${result.elapsedS.toFixed(0)} s real`;
+export function describeRun(blocks: readonly EngineBlock[], runs: number): { title: string; where: string } {
+  const first = blocks[0]!.result;
+  const t = first.target;
+  let where: string;
+  if (t.kind === "sim") {
+    const kv = t.replicas[0]?.kvTokens ?? 0;
+    const setups = blocks.map((b) => b.result.target.sim).filter((x) => x !== undefined);
+    const engines =
+      setups.length === 0
+        ? ""
+        : blocks.length === 1
+          ? `, engine profile ${setups[0]!.engine}, chat template ${setups[0]!.template}`
+          : `, fresh for each engine setup (${blocks.map((b) => b.label).join("; ")})`;
+    where =
+      `${t.replicas.length} simulated 3090-class replicas (${int(kv)} KV tokens each)${engines}` +
+      `${setups[0] ? `; ${kvTokensText(setups[0].kvTokens, kv)}` : ""}; time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`;
+  } else where = `${t.replicas.length} replicas from ${first.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
+  const elapsed = blocks.reduce((a, b) => a + b.result.elapsedS, 0);
+  const title =
+    blocks.length > 1
+      ? `${blocks.length} engine setups × ${runs} run${runs > 1 ? "s" : ""}, ${elapsed.toFixed(0)} s real`
+      : `${runs > 1 ? `${runs} runs ${first.run.split("+").join(", ")}` : `run ${first.run}`}, ${elapsed.toFixed(0)} s real`;
   return { title, where };
 }
 
-/** The whole text report: the matrix, then per workload its table(s), then the headline ratios. */
-export function renderText(result: BenchResult, summaries: readonly WorkloadSummary[], matrix: Matrix): string {
-  const replicas = result.target.replicas.map((r) => r.name);
-  const { title, where } = describeRun(result, matrix.runs);
-  const parts = [`llmroute bench · ${title} · ${where}`, "", matrixText(matrix)];
-  let explained = false;
-  for (const w of summaries) {
-    parts.push("", TITLES[w.workload], workloadTable(w, replicas));
-    const rungs = rungTable(w, result.options);
-    if (rungs) parts.push(rungs);
-    parts.push(hitTable(w, replicas));
-    if (!explained) parts.push(HIT_NOTE);
-    explained = true;
-    const note = workloadNote(w.workload, result);
-    if (note) parts.push(note);
+export interface CorrectionSummary {
+  judged: number;
+  corrections: number;
+  false: number;
+  unchecked: number;
+  templates: number;
+  /** Where false corrections happened: "vllm · mistral3-tools agent hybrid 3/4". */
+  where: string[];
+  /** One sentence for the report, under the matrix. */
+  text: string;
+}
+
+/**
+ * Every arm's index corrections, summed over engine setups and workloads: the line under the
+ * matrix, so that a false correction (the router dropped entries as evicted where the sim
+ * had evicted nothing) cannot go unseen.
+ */
+export function correctionSummary(blocks: readonly EngineBlock[]): CorrectionSummary {
+  const out: CorrectionSummary = { judged: 0, corrections: 0, false: 0, unchecked: 0, templates: 0, where: [], text: "" };
+  for (const b of blocks) {
+    for (const w of b.summaries) {
+      for (const a of w.arms) {
+        const c = a.corrections;
+        if (!c) continue;
+        out.judged += c.judged;
+        out.corrections += c.corrections;
+        out.false += c.false ?? 0;
+        out.unchecked += c.unchecked;
+        out.templates += c.templates;
+        if ((c.false ?? 0) > 0) out.where.push(`${b.label ? `${b.label} ` : ""}${w.workload} ${a.arm} ${c.false}/${c.corrections}`);
+      }
+    }
   }
-  const hl = headlines(summaries);
-  if (hl.length > 0) parts.push("", headlineLines(hl));
+  const templates = `${out.templates} template verdict${out.templates === 1 ? "" : "s"}`;
+  if (out.false > 0) {
+    out.text = `FALSE INDEX CORRECTIONS: ${out.false} of ${out.corrections} corrections dropped index entries the engine still held (the sim had evicted nothing there): ${out.where.join(", ")}. ${templates}; ${out.judged} responses judged.`;
+  } else if (out.judged === 0) {
+    out.text = "Index corrections: none; no response carried a cached-token figure the routers could judge (engines without per-request cached tokens are judged by counter windows, which correct nothing).";
+  } else if (out.unchecked === out.corrections && out.corrections > 0) {
+    out.text = `Index corrections: ${out.corrections} (not checkable: only a sim says what it evicted); ${templates}; ${out.judged} responses judged.`;
+  } else {
+    out.text = `Index corrections: ${out.corrections}, none false (each matched an eviction the sim made)${out.unchecked > 0 ? `, ${out.unchecked} not checkable` : ""}; ${templates}; ${out.judged} responses judged.`;
+  }
+  return out;
+}
+
+/** The whole text report: the matrix and the corrections line, then per engine setup and workload its table(s), then the headline ratios. */
+export function renderText(blocks: readonly EngineBlock[], matrix: Matrix): string {
+  const { title, where } = describeRun(blocks, matrix.runs);
+  const parts = [`llmroute bench · ${title} · ${where}`, "", matrixText(matrix), correctionSummary(blocks).text];
+  let explained = false;
+  for (const block of blocks) {
+    const { result, summaries } = block;
+    const replicas = result.target.replicas.map((r) => r.name);
+    if (blocks.length > 1) parts.push("", `━━ ${block.label ?? "replicas"} ━━`);
+    for (const w of summaries) {
+      parts.push("", `${blocks.length > 1 && block.label ? `${block.label}: ` : ""}${TITLES[w.workload]}`, workloadTable(w, replicas));
+      const rungs = rungTable(w, result.options);
+      if (rungs) parts.push(rungs);
+      parts.push(hitTable(w, replicas));
+      if (!explained) parts.push(HIT_NOTE);
+      explained = true;
+      const note = workloadNote(w.workload, result);
+      if (note) parts.push(note);
+    }
+    const hl = headlines(summaries);
+    if (hl.length > 0) parts.push("", headlineLines(hl));
+  }
   return parts.join("\n");
 }
 
@@ -489,8 +719,13 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
       };
       if (all.some((x) => x.warnings)) pooled.warnings = [...new Set(all.flatMap((x) => x.warnings ?? []))];
       if (all.every((x) => x.sim)) {
-        pooled.sim = { preemptions: all.reduce((sum, x) => sum + x.sim!.preemptions, 0), evictedBlocks: all.reduce((sum, x) => sum + x.sim!.evictedBlocks, 0) };
+        const sum = (f: (x: ArmResult) => number) => all.reduce((total, x) => total + f(x), 0);
+        pooled.sim = { preemptions: sum((x) => x.sim!.preemptions), evictedBlocks: sum((x) => x.sim!.evictedBlocks) };
+        if (all.every((x) => x.sim!.stops)) {
+          pooled.sim.stops = { full: sum((x) => x.sim!.stops!.full), evicted: sum((x) => x.sim!.stops!.evicted), new: sum((x) => x.sim!.stops!.new) };
+        }
       }
+      // What the router ended up believing is each run's own (under runs[] in the JSON).
       return pooled;
     });
     return { ...w, arms };

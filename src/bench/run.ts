@@ -4,12 +4,15 @@
  * requests through it. It records one sample per request in model time (real ÷ time
  * scale) and leaves every figure to report.ts.
  */
-import type { BenchOptions, WorkloadName } from "./args.ts";
+import type { Verdict } from "../route/router.ts";
+import type { TemplateName } from "../sim/index.ts";
+import { kvTokensLabel, type BenchOptions, type WorkloadName } from "./args.ts";
 import { fmt, keyFigure } from "./matrix.ts";
 import { summarizeArm } from "./report.ts";
-import type { Outcome } from "./client.ts";
+import type { Outcome, SimStop } from "./client.ts";
 import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
 import {
+  AGENT_TOOLS,
   agentMessages,
   agentPlan,
   burstMessages,
@@ -22,6 +25,7 @@ import {
   type BurstSpec,
   type ChatMessage,
   type LadderRequest,
+  type Reply,
 } from "./workloads.ts";
 
 export interface Sample {
@@ -44,7 +48,17 @@ export interface Sample {
   route: string;
   status: number;
   promptTokens: number;
+  /**
+   * Delivered: prompt tokens the engine found cached. On sims, the sim's own figure
+   * (x-sim-prefix), since some engines' usage carries none; on real replicas, usage's.
+   */
   cachedTokens: number;
+  /** usage's cached_tokens, when usage carried one (on sims it equals cachedTokens wherever the profile reports it). */
+  reportedCachedTokens?: number;
+  /** Sims: why the cache hit stopped where it did (full, evicted, new). */
+  simStop?: SimStop;
+  /** The router's judgement of the engine's report (its request record): a "miss" dropped index entries as evicted. */
+  verdict?: Verdict;
   completionTokens: number;
   /** Prompt tokens cached on some replica when the request was routed, by the router's index (the oracle: by the sims). */
   availableTokens?: number;
@@ -70,6 +84,8 @@ export interface ArmResult {
   warnings?: string[];
   /** Sim counters over the arm (preemptions, evicted blocks); undefined on real replicas. */
   sim?: SimTotals;
+  /** The KV (tokens) the router believed each replica holds at the end of the arm (/status; 0 = unknown); undefined for the oracle. */
+  kvBelieved?: Record<string, number>;
 }
 
 export interface WorkloadResult {
@@ -81,7 +97,15 @@ export interface WorkloadResult {
 
 export interface BenchResult {
   run: string;
-  target: { kind: Target["kind"]; replicas: { name: string; kvTokens: number }[]; timeScale: number; model: string; engine?: string };
+  target: {
+    kind: Target["kind"];
+    replicas: { name: string; kvTokens: number }[];
+    timeScale: number;
+    model: string;
+    engine?: string;
+    /** Sims: the engine profile, the chat template and what the routers' router.toml said of kv_tokens ("none", "true", "6x"). */
+    sim?: { engine: string; template: string; kvTokens: string };
+  };
   options: BenchOptions;
   startedAt: string;
   /** Real seconds the whole bench took. */
@@ -103,6 +127,8 @@ export interface DriveContext {
   arm: Arm;
   model: string;
   salt: string;
+  /** Tools the conversations declare on every request (under the sims' non-ChatML templates). */
+  tools?: readonly unknown[];
   /** Real ms per model ms (1 on real replicas). */
   scale: number;
   /** Model ms since the arm started. */
@@ -110,6 +136,20 @@ export interface DriveContext {
   /** Wait until model ms `at` since the arm started (pacing arrivals; not synchronisation). */
   until(at: number): Promise<void>;
   progress: Progress;
+}
+
+/**
+ * What a target's row block is called: the sims' engine profile, and their template when it
+ * is not ChatML ("vllm", "sglang · qwen3-reasoning"); undefined for real replicas.
+ */
+export function setupLabel(sim: { engine: string; template: string } | undefined): string | undefined {
+  if (!sim) return undefined;
+  return sim.template === "chatml" ? sim.engine : `${sim.engine} · ${sim.template}`;
+}
+
+/** Tools go with the conversations under a template where they can move (see AGENT_TOOLS). */
+export function toolsFor(template: TemplateName | undefined): readonly unknown[] | undefined {
+  return template === undefined || template === "chatml" ? undefined : AGENT_TOOLS;
 }
 
 export async function runBench(target: Target, options: BenchOptions, run: string, progress: Progress = silentProgress): Promise<BenchResult> {
@@ -124,7 +164,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
     for (const name of arms) {
       const arm = await runArm(target, options, run, workload, name, progress);
       result.arms.push(arm);
-      progress.line(armLine(workload, arm, target.replicas.map((r) => r.name), target.kind === "sim"));
+      progress.line(armLine(workload, arm, target.replicas.map((r) => r.name), target.kind === "sim", setupLabel(target.sim)));
     }
     workloads.push(result);
   }
@@ -136,6 +176,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
       timeScale: target.timeScale,
       model: target.model,
       ...(target.engine ? { engine: target.engine } : {}),
+      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens) } } : {}),
     },
     options,
     startedAt,
@@ -156,10 +197,13 @@ export async function runArm(
   const arm = await target.startArm(name);
   const scale = target.timeScale;
   const t0 = performance.now();
+  const label = setupLabel(target.sim);
+  const tools = toolsFor(target.sim?.template);
   const ctx: DriveContext = {
     arm,
     model: target.model,
     salt: saltLine(run, workload, name),
+    ...(tools ? { tools } : {}),
     scale,
     now: () => (performance.now() - t0) / scale,
     until: async (at) => {
@@ -167,7 +211,7 @@ export async function runArm(
       if (wait > 0) await Bun.sleep(wait);
     },
     progress: {
-      status: (text) => progress.status(`${workload} · ${name} · ${text}`),
+      status: (text) => progress.status(`${label ? `${label} · ` : ""}${workload} · ${name} · ${text}`),
       line: progress.line,
     },
   };
@@ -179,6 +223,7 @@ export async function runArm(
       const status = await arm.status();
       // The capacity findings (kind "capacity"), in the words /status warns with.
       result.warnings = status.findings ? status.findings.filter((f) => f.kind === "capacity").map((f) => `${f.replica}: ${f.line}`) : status.warnings;
+      result.kvBelieved = Object.fromEntries(status.replicas.map((r) => [r.name, r.kv_tokens]));
     }
     const sim = await target.simTotals();
     if (sim) result.sim = sim;
@@ -290,7 +335,7 @@ async function driveArrivals<R extends { atMs: number; messages: ChatMessage[] }
   return Promise.all(
     requests.map(async (r, i) => {
       await ctx.until(r.atMs);
-      const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, r.messages, replyTokens), { ...where(r, i), kind: "shared" });
+      const { reply: _reply, ...sample } = await send(ctx, chatBody(ctx.model, r.messages, replyTokens), { ...where(r, i), kind: "shared" });
       done++;
       if (done % 10 === 0 || done === requests.length) ctx.progress.status(`${done}/${requests.length} requests`);
       return sample;
@@ -298,7 +343,7 @@ async function driveArrivals<R extends { atMs: number; messages: ChatMessage[] }
   );
 }
 
-async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind" | "rung">): Promise<Sample & { text: string }> {
+async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind" | "rung">): Promise<Sample & { reply: Reply }> {
   const startMs = ctx.now();
   const out: Outcome = await ctx.arm.send(body);
   return {
@@ -306,12 +351,17 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
     startMs,
     ttftMs: out.ttftMs / ctx.scale,
     totalMs: out.totalMs / ctx.scale,
-    text: out.text,
+    reply: { content: out.text, ...(out.reasoning ? { reasoning: out.reasoning } : {}) },
     replica: out.replica,
     route: out.route,
     status: out.status,
     promptTokens: out.promptTokens,
-    cachedTokens: out.cachedTokens,
+    // A sim says what it really found cached, reported in usage or not (vLLM without
+    // --enable-prompt-tokens-details and Ollama report nothing); a real engine's usage is all there is.
+    cachedTokens: out.sim?.cachedTokens ?? out.cachedTokens,
+    ...(out.cachedReported ? { reportedCachedTokens: out.cachedTokens } : {}),
+    ...(out.sim ? { simStop: out.sim.stop } : {}),
+    ...(out.verdict ? { verdict: out.verdict } : {}),
     completionTokens: out.completionTokens,
     ...(out.availableTokens === undefined ? {} : { availableTokens: out.availableTokens }),
     ...(out.capturedTokens === undefined ? {} : { capturedTokens: out.capturedTokens }),
@@ -319,7 +369,10 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
   };
 }
 
-/** One sequential-turn client: each turn re-sends the whole conversation plus its reply and a tool result. */
+/**
+ * One sequential-turn client: each turn re-sends the whole conversation plus its reply and a
+ * tool result, the reply as the engine returned it (reasoning included, in its own field).
+ */
 export async function driveConversation(
   ctx: DriveContext,
   plan: AgentPlan,
@@ -329,16 +382,16 @@ export async function driveConversation(
   onTurn: (turn: number) => void = () => {},
 ): Promise<Sample[]> {
   const samples: Sample[] = [];
-  const replies: string[] = [];
+  const replies: Reply[] = [];
   for (let turn = 1; turn <= turns; turn++) {
     const messages: ChatMessage[] = agentMessages(plan, replies, turn);
-    const { text, ...sample } = await send(ctx, chatBody(ctx.model, messages, plan.replyTokens), { group, index: turn, kind: "turn" });
+    const { reply, ...sample } = await send(ctx, chatBody(ctx.model, messages, plan.replyTokens, ctx.tools), { group, index: turn, kind: "turn" });
     samples.push(sample);
     onTurn(turn);
     ctx.progress.status(`${label} turn ${turn}/${turns} · ttft ${fmtS(sample.ttftMs)} · ${sample.replica} ${sample.route}`);
     // A conversation cannot go on without its reply: stop it, the table counts the error.
     if (sample.error) break;
-    replies.push(text);
+    replies.push(reply);
   }
   return samples;
 }
@@ -348,7 +401,7 @@ export async function driveBurst(ctx: DriveContext, spec: BurstSpec, salt: strin
   const start = ctx.now();
   const samples = await Promise.all(
     burstMessages(spec, salt, group).map(async (messages, i) => {
-      const { text: _text, ...sample } = await send(ctx, chatBody(ctx.model, messages, spec.replyTokens), { group, index: i, kind: "burst" });
+      const { reply: _reply, ...sample } = await send(ctx, chatBody(ctx.model, messages, spec.replyTokens), { group, index: i, kind: "burst" });
       return sample;
     }),
   );
@@ -356,12 +409,12 @@ export async function driveBurst(ctx: DriveContext, spec: BurstSpec, salt: strin
 }
 
 /** One line per finished arm: its key figure with the sample size, and what the arm took. */
-export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[], modelTime = true): string {
+export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[], modelTime = true, setup?: string): string {
   const s = summarizeArm(workload, arm, replicas);
   const key = keyFigure(workload, s);
   const figure = key ? `${key.what} ${fmt(key.value, key.unit)} (n=${key.n})` : "no samples";
   // On real replicas no time scale applies: their seconds are seconds.
-  return `${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)}${modelTime ? " model" : ""}`;
+  return `${setup ? `${setup} · ` : ""}${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)}${modelTime ? " model" : ""}`;
 }
 
 function fmtS(ms: number): string {

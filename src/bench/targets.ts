@@ -14,7 +14,8 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
-import { startSimFleet, type SimServer } from "../sim/index.ts";
+import { DEFAULT_ENGINE, startSimFleet, type EngineProfileName, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
+import type { KvTokensSetting } from "./args.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
 import { routerFleetArm, type RouterFleetOptions } from "./routers.ts";
 
@@ -25,6 +26,10 @@ export interface ReplicaInfo {
   url: string;
   /** The card's KV budget in tokens (0 = unknown). */
   kvTokens: number;
+  /** Where its health is checked, when not the router's default /health (an Ollama sim: /api/version). */
+  healthPath?: string;
+  /** false: it has no /metrics to scrape (Ollama). */
+  metrics?: false;
 }
 
 export interface Arm {
@@ -43,6 +48,8 @@ export interface Target {
   model: string;
   /** What engine (and version) the replicas run, as discovered: the report names it. */
   engine?: string;
+  /** Sims: the engine profile and chat template they imitate, and what the routers' router.toml says of their KV. */
+  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting };
   /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
@@ -54,10 +61,35 @@ export interface Target {
 export interface SimTotals {
   preemptions: number;
   evictedBlocks: number;
+  /** First admissions by why their cache hit stopped (x-sim-prefix's stop; /sim/state stop_*_total). */
+  stops?: { full: number; evicted: number; new: number };
 }
 
-/** A router config for `replicas` with one policy: loopback, port 0, quiet health checks. */
-export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string, adminListen?: string): string {
+export interface RouterTomlOptions {
+  adminListen?: string;
+  /** What kv_tokens says for each replica (default: its real KV). */
+  kvTokens?: KvTokensSetting;
+  /** Real ms between health checks, which also scrape each engine's /metrics (default 60 s). */
+  healthIntervalMs?: number;
+}
+
+/**
+ * A bench router checks (and scrapes) its sims every 10 s of model time, as a router with the
+ * default health.interval checks a real card: an engine whose responses carry no cached
+ * tokens (the vllm profile) is judged by its counters once per scrape, and an unscaled
+ * interval would leave it unjudged for a whole arm. Not below 100 ms (health.interval's floor).
+ */
+export function simHealthIntervalMs(timeScale: number): number {
+  return Math.max(100, Math.round(10_000 * timeScale));
+}
+
+/**
+ * A router config for `replicas` with one policy: loopback, port 0, quiet health checks.
+ * kv_tokens is each replica's real KV times the setting's factor, or left out (`none`): the
+ * router then starts from what the engine publishes, or learns it from evidence.
+ */
+export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string, options: RouterTomlOptions = {}): string {
+  const { adminListen, kvTokens = { kind: "factor", factor: 1 }, healthIntervalMs = 60_000 } = options;
   const lines = [
     "[server]",
     `listen = "127.0.0.1:0"`,
@@ -65,12 +97,15 @@ export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName,
     "[routing]",
     `policy = "${policy}"`,
     "[health]",
-    // The bench's replicas do not come and go; a long interval keeps checks out of the timings.
-    `interval = "60s"`,
+    // The bench's replicas do not come and go; by default a long interval keeps checks out of the timings.
+    `interval = "${healthIntervalMs}ms"`,
   ];
   for (const r of replicas) {
-    lines.push("[[replica]]", `name = ${JSON.stringify(r.name)}`, `url = ${JSON.stringify(r.url)}`, `kv_tokens = ${r.kvTokens}`);
+    lines.push("[[replica]]", `name = ${JSON.stringify(r.name)}`, `url = ${JSON.stringify(r.url)}`);
+    if (kvTokens.kind === "factor") lines.push(`kv_tokens = ${Math.round(r.kvTokens * kvTokens.factor)}`);
     if (model) lines.push(`models = [${JSON.stringify(model)}]`);
+    if (r.healthPath) lines.push(`health_path = ${JSON.stringify(r.healthPath)}`);
+    if (r.metrics === false) lines.push("metrics = false");
   }
   return `${lines.join("\n")}\n`;
 }
@@ -99,11 +134,12 @@ export function claimRecord(pending: IndexedRecord[], out: Outcome): IndexedReco
   return i < 0 ? undefined : pending.splice(i, 1)[0];
 }
 
-/** The outcome with the index's view of the cache from the router's record of it. */
+/** The outcome with the index's view of the cache and its verdict on the engine's report, from the router's record of it. */
 export function withIndexView(out: Outcome, pending: IndexedRecord[]): Outcome {
   const record = claimRecord(pending, out);
   if (record?.availableTokens !== undefined) out.availableTokens = record.availableTokens;
   if (record?.capturedTokens !== undefined) out.capturedTokens = record.capturedTokens;
+  if (record?.verdict !== undefined) out.verdict = record.verdict;
   return out;
 }
 
@@ -225,6 +261,12 @@ export function oracleChoice(candidates: readonly OracleCandidate[], cachedToken
 export interface SimTargetOptions {
   replicas: number;
   timeScale: number;
+  /** The engine profile the sims imitate (default vllm-details). */
+  engine?: EngineProfileName;
+  /** Their chat template mode (default chatml). */
+  template?: TemplateName;
+  /** What the routers' router.toml says of each sim's kv_tokens (default none). */
+  kvTokens?: KvTokensSetting;
   /** Every arm's router serves /status and /dashboard here (one after the other), so the address stays. */
   adminListen?: string;
   /** Several router instances per arm (--routers N). */
@@ -233,14 +275,27 @@ export interface SimTargetOptions {
 
 /** N simulated 3090-class replicas in this process. */
 export async function simTarget(options: SimTargetOptions): Promise<Target> {
-  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: "3090", timeScale: options.timeScale });
-  const replicas = sims.map((s) => ({ name: s.name, url: s.url, kvTokens: s.app.options.kvTokens }));
+  const engine = options.engine ?? DEFAULT_ENGINE;
+  const template = options.template ?? "chatml";
+  const kvTokens = options.kvTokens ?? { kind: "none" };
+  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: "3090", timeScale: options.timeScale, engine, template });
+  // As `llmroute sim` prints the fragment (routerTomlSnippet): Ollama has neither /health nor /metrics.
+  const ollama = (s: SimServer) => s.app.profile.family === "ollama";
+  const replicas: ReplicaInfo[] = sims.map((s) => ({
+    name: s.name,
+    url: s.url,
+    kvTokens: s.app.options.kvTokens,
+    ...(ollama(s) ? { healthPath: "/api/version", metrics: false as const } : {}),
+  }));
   const model = sims[0]!.app.options.model;
+  const healthIntervalMs = simHealthIntervalMs(options.timeScale);
+  const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) => routerToml(rs, policy, model, { kvTokens, healthIntervalMs, ...(adminListen ? { adminListen } : {}) });
   return {
     kind: "sim",
     replicas,
     timeScale: options.timeScale,
     model,
+    sim: { engine, template, kvTokens },
     async reset() {
       await Promise.all(
         sims.map(async (s) => {
@@ -250,10 +305,12 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
       );
     },
     async simTotals() {
-      const states = await Promise.all(sims.map(async (s) => (await (await fetch(`${s.url}/sim/state`)).json()) as { preemptions_total: number; evicted_blocks_total: number }));
+      const states = await Promise.all(sims.map(async (s) => (await (await fetch(`${s.url}/sim/state`)).json()) as SimState));
+      const sum = (f: (s: SimState) => number) => states.reduce((a, s) => a + f(s), 0);
       return {
-        preemptions: states.reduce((a, s) => a + s.preemptions_total, 0),
-        evictedBlocks: states.reduce((a, s) => a + s.evicted_blocks_total, 0),
+        preemptions: sum((s) => s.preemptions_total),
+        evictedBlocks: sum((s) => s.evicted_blocks_total),
+        stops: { full: sum((s) => s.stop_full_total), evicted: sum((s) => s.stop_evicted_total), new: sum((s) => s.stop_new_total) },
       };
     },
     async startArm(name) {
@@ -262,14 +319,14 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
         const via = new Map(
           await Promise.all(
             replicas.map(async (r) => {
-              const server = await startRouter(parseConfig(routerToml([r], "hybrid", model), "<bench oracle>", { env: {} }), { log: memoryLog() });
+              const server = await startRouter(parseConfig(toml([r], "hybrid"), "<bench oracle>", { env: {} }), { log: memoryLog() });
               return [r.name, { url: server.url, stop: () => server.stop() }] as const;
             }),
           ),
         );
         return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost, { via });
       }
-      const config = parseConfig(routerToml(replicas, name, model, options.adminListen), "<bench>", { env: {} });
+      const config = parseConfig(toml(replicas, name, options.adminListen), "<bench>", { env: {} });
       return options.fleet ? routerFleetArm(config, options.fleet) : routerArm(config);
     },
     async stop() {

@@ -15,6 +15,25 @@ export type Role = "system" | "user" | "assistant";
 export interface ChatMessage {
   role: Role;
   content: string;
+  /** An assistant message's reasoning, sent back under the field the engine returned it in. */
+  reasoning_content?: string;
+  reasoning?: string;
+}
+
+/**
+ * A reply as the engine returned it: its content verbatim (a DeepSeek-R1 served without a
+ * reasoning parser returns `reasoning</think>answer` there, and an agent sends that back),
+ * and its reasoning when returned apart (Qwen3 behind a reasoning parser: `reasoning_content`;
+ * Ollama: `reasoning`), which an agent sends back in the same field.
+ */
+export interface Reply {
+  content: string;
+  reasoning?: { text: string; field: "reasoning_content" | "reasoning" };
+}
+
+/** The assistant message that carries `reply` in the next request. */
+export function replyMessage(reply: Reply): ChatMessage {
+  return { role: "assistant", content: reply.content, ...(reply.reasoning ? { [reply.reasoning.field]: reply.reasoning.text } : {}) };
 }
 
 /** mulberry32: a small seeded PRNG, so a workload is the same for every arm of a run. */
@@ -131,14 +150,14 @@ export function agentPlan(spec: AgentSpec, salt: string, agent = 0): AgentPlan {
 }
 
 /** The messages of turn `turn` (1-based) given the replies received so far. */
-export function agentMessages(plan: AgentPlan, replies: readonly string[], turn: number): ChatMessage[] {
+export function agentMessages(plan: AgentPlan, replies: readonly Reply[], turn: number): ChatMessage[] {
   if (replies.length < turn - 1) throw new RangeError(`agent turn ${turn} needs ${turn - 1} replies, got ${replies.length}`);
   const messages: ChatMessage[] = [
     { role: "system", content: plan.system },
     { role: "user", content: plan.first },
   ];
   for (let i = 0; i < turn - 1; i++) {
-    messages.push({ role: "assistant", content: replies[i]! }, { role: "user", content: plan.toolOutputs[i]! });
+    messages.push(replyMessage(replies[i]!), { role: "user", content: plan.toolOutputs[i]! });
   }
   return messages;
 }
@@ -327,7 +346,24 @@ export function hitCeiling(requests: readonly { messages: readonly ChatMessage[]
 
 // --- the request body ---------------------------------------------------------------------
 
-/** A streamed chat request with usage in the last chunk (cached_tokens per request). */
-export function chatBody(model: string, messages: readonly ChatMessage[], maxTokens: number): Record<string, unknown> {
-  return { model, messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } };
+/** A streamed chat request with usage in the last chunk (cached_tokens per request), and the agent's tools when given. */
+export function chatBody(model: string, messages: readonly ChatMessage[], maxTokens: number, tools?: readonly unknown[]): Record<string, unknown> {
+  return { model, messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...(tools ? { tools } : {}) };
 }
+
+/**
+ * The two tools the agents' system prompt names, as an agent declares them on every request.
+ * Sent under the sims' non-ChatML templates, where the template writes them matters
+ * (Mistral 3 writes them before the last user message); under ChatML the conversations stay
+ * as they always were.
+ */
+export const AGENT_TOOLS: readonly unknown[] = [
+  {
+    type: "function",
+    function: { name: "read_file", description: "Read a file of the repository", parameters: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } },
+  },
+  {
+    type: "function",
+    function: { name: "run_tests", description: "Run the test suite and return its output", parameters: { type: "object", properties: { filter: { type: "string" } } } },
+  },
+];

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULT_POLICIES, DEFAULTS, parseBenchArgs, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
 import { agentFirstTokens } from "../../src/bench/workloads.ts";
 
@@ -17,6 +18,31 @@ describe("parseBenchArgs", () => {
     expect(o.burst.size).toBe(16);
     expect(o.shared.docTokens).toBe(8_000);
     expect(o.capacity.families.every((f) => f >= 50_000 && f <= 80_000)).toBe(true);
+  });
+
+  it("defaults on sims: today's engine profile (vllm-details) and template (chatml), no kv_tokens in the routers' config", () => {
+    const o = parseBenchArgs({});
+    expect(o.engines).toEqual(["vllm-details"]);
+    expect(o.templates).toEqual(["chatml"]);
+    expect(o.kvTokens).toEqual({ kind: "none" });
+  });
+
+  it("--engine and --template take lists of the sim's profiles and modes", () => {
+    const o = parseBenchArgs({ engine: "vllm, llamacpp,ollama,vllm", template: "chatml,qwen3-reasoning" });
+    expect(o.engines).toEqual(["vllm", "llamacpp", "ollama"]);
+    expect(o.templates).toEqual(["chatml", "qwen3-reasoning"]);
+    expect(parseBenchArgs({ engine: ENGINE_PROFILES.join(","), template: TEMPLATES.join(",") })).toMatchObject({ engines: [...ENGINE_PROFILES], templates: [...TEMPLATES] });
+  });
+
+  it.each([
+    ["none", { kind: "none" }, "none"],
+    ["true", { kind: "factor", factor: 1 }, "true"],
+    ["6x", { kind: "factor", factor: 6 }, "6x"],
+    ["0.5x", { kind: "factor", factor: 0.5 }, "0.5x"],
+  ] as const)("--kv-tokens %s", (flag, setting, label) => {
+    const o = parseBenchArgs({ "kv-tokens": flag });
+    expect(o.kvTokens).toEqual(setting);
+    expect(kvTokensLabel(o.kvTokens)).toBe(label);
   });
 
   it("the default agent and mixed conversations fit their context", () => {
@@ -86,6 +112,14 @@ describe("parseBenchArgs", () => {
     [{ "llmd-rates": "1,0" }, /--llmd-rates "1,0": must be comma-separated rates > 0/],
     [{ runs: "0" }, /--runs "0": must be an integer >= 1/],
     [{ "pressured-rate": "fast" }, /--pressured-rate "fast": must be a number > 0/],
+    [{ engine: "vllm,trtllm" }, /--engine "vllm,trtllm": unknown "trtllm"; choose from vllm, vllm-details, sglang, llamacpp, ollama/],
+    [{ template: "llama3" }, /--template "llama3": unknown "llama3"; choose from chatml, mistral3-tools, deepseek-r1, qwen3-reasoning/],
+    [{ "kv-tokens": "6" }, /--kv-tokens "6": must be none .*, true .* or a factor such as 6x/],
+    [{ "kv-tokens": "0x" }, /--kv-tokens "0x": must be none/],
+    [{ "kv-tokens": "false" }, /--kv-tokens "false": must be none/],
+    [{ config: "router.toml", engine: "sglang" }, /--engine: only with simulated replicas/],
+    [{ config: "router.toml", template: "deepseek-r1" }, /--template: only with simulated replicas/],
+    [{ config: "router.toml", "kv-tokens": "6x" }, /--kv-tokens: only with simulated replicas \(--config benches the replicas as they are, with its own kv_tokens\)/],
   ])("%j is a usage error naming the flag", (raw, message) => {
     expect(() => parseBenchArgs(raw as never)).toThrow(message);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { sendChat } from "../../src/bench/client.ts";
+import { parseSimPrefix, sendChat } from "../../src/bench/client.ts";
 import { SseParser } from "../../src/engines/sse.ts";
 
 const enc = new TextEncoder();
@@ -38,6 +38,37 @@ describe("sendChat", () => {
     expect(out.error).toBeUndefined();
   });
 
+  it("usage without prompt_tokens_details reports no cached figure: 0, and says it was not reported", async () => {
+    const bare = 'data: {"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":2}}\n\n';
+    const { fetch, now } = fakeFetch([delta("ab"), bare]);
+    expect(await sendChat("http://x", {}, { fetch, now })).toMatchObject({ promptTokens: 900, cachedTokens: 0, cachedReported: false });
+    const { fetch: f2, now: n2 } = fakeFetch([delta("ab"), usage]);
+    expect((await sendChat("http://x", {}, { fetch: f2, now: n2 })).cachedReported).toBe(true);
+  });
+
+  it("reads a sim's own account of its cache hit from x-sim-prefix", async () => {
+    const headers = { "content-type": "text/event-stream", "x-llmroute-replica": "gpu0", "x-llmroute-route": "pin", "x-sim-prefix": "cached=6320; stop=evicted" };
+    const { fetch, now } = fakeFetch([delta("ab"), usage], { headers });
+    expect((await sendChat("http://x", {}, { fetch, now })).sim).toEqual({ cachedTokens: 6_320, stop: "evicted" });
+    const { fetch: plain, now: n2 } = fakeFetch([delta("ab"), usage]);
+    expect((await sendChat("http://x", {}, { fetch: plain, now: n2 })).sim).toBeUndefined();
+  });
+
+  it.each([
+    ["reasoning_content", "vLLM, SGLang, llama.cpp"],
+    ["reasoning", "Ollama"],
+  ] as const)("collects reasoning deltas (%s, as %s stream it) apart from content; TTFT is the first reasoning token", async (field, _engines) => {
+    const thinking = (text: string) => `data: {"choices":[{"delta":{${JSON.stringify(field)}:${JSON.stringify(text)}}}]}\n\n`;
+    const { fetch, now } = fakeFetch([role, thinking("let me "), thinking("see"), delta("ok"), usage]);
+    const out = await sendChat("http://x", {}, { fetch, now });
+    expect(out.reasoning).toEqual({ text: "let me see", field });
+    expect(out.text).toBe("ok");
+    expect(out.ttftMs).toBe(30);
+    // A reply that is all reasoning (a tiny max_tokens) is still an answer.
+    const { fetch: f2, now: n2 } = fakeFetch([thinking("hmm"), usage]);
+    expect((await sendChat("http://x", {}, { fetch: f2, now: n2 })).error).toBeUndefined();
+  });
+
   it("parses events split anywhere across network chunks", async () => {
     const whole = role + delta("x ") + usage + "data: [DONE]\n\n";
     const pieces = whole.match(/.{1,7}/gs)!;
@@ -66,6 +97,19 @@ describe("sendChat", () => {
       throw new Error("connect ECONNREFUSED");
     };
     expect((await sendChat("http://x", {}, { fetch: refused })).error).toContain("ECONNREFUSED");
+  });
+});
+
+describe("parseSimPrefix", () => {
+  it.each([
+    ["cached=0; stop=new", { cachedTokens: 0, stop: "new" }],
+    ["cached=122624; stop=full", { cachedTokens: 122_624, stop: "full" }],
+    [" cached=16; stop=evicted ", { cachedTokens: 16, stop: "evicted" }],
+    ["cached=16; stop=gone", undefined],
+    ["cached=x; stop=new", undefined],
+    [null, undefined],
+  ] as const)("%p → %p", (header, expected) => {
+    expect(parseSimPrefix(header)).toEqual(expected);
   });
 });
 

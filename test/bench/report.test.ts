@@ -1,9 +1,29 @@
 import { describe, expect, it } from "bun:test";
 import { parseBenchArgs } from "../../src/bench/args.ts";
 import { renderHtml } from "../../src/bench/html.ts";
-import { buildMatrix, matrixText, tierOf } from "../../src/bench/matrix.ts";
+import { jsonReport } from "../../src/bench/command.ts";
+import { buildMatrix, matrixText, stackMatrices, tierOf } from "../../src/bench/matrix.ts";
 import { matrixHtml } from "../../src/bench/html.ts";
-import { headlines, hitDecomposition, hitRates, poolRuns, renderText, summarizeArm, summarizeWorkload, workloadTable, type WorkloadSummary } from "../../src/bench/report.ts";
+import {
+  correctionCount,
+  corrections,
+  correctionSummary,
+  correctionText,
+  describeRun,
+  engineBlock,
+  headlines,
+  hitTable,
+  isCapacityWarning,
+  turnPlacement,
+  hitDecomposition,
+  hitRates,
+  poolRuns,
+  renderText,
+  summarizeArm,
+  summarizeWorkload,
+  workloadTable,
+  type WorkloadSummary,
+} from "../../src/bench/report.ts";
 import type { ArmResult, BenchResult, Sample } from "../../src/bench/run.ts";
 
 const replicas = ["gpu0", "gpu1"];
@@ -127,17 +147,18 @@ describe("rendering", () => {
   const summaries = r.workloads.map((w) => summarizeWorkload(w, replicas));
 
   it("the text report opens with the matrix, then the tables per workload, the hit-rate decomposition and the headlines", () => {
-    const text = renderText(r, summaries, buildMatrix([summaries]));
+    const text = renderText([engineBlock([r])], buildMatrix([summaries]));
     const at = (needle: string) => text.indexOf(needle);
     expect(at("÷ the best arm's")).toBeGreaterThan(0);
     expect(at("÷ the best arm's")).toBeLessThan(at("agent —"));
-    expect(text).toMatch(/^hit rate \(all requests\)\s+available\s+captured\s+delivered\s+gpu0 n a\/c\/d/m);
-    expect(text).toMatch(/^roundrobin\s+-\s+-\s+75%\s+6 -\/-\/75%\s+0 -\/-\/-$/m); // every request, turn 1 included
+    expect(text).toMatch(/^hit rate \(all requests\)\s+available\s+captured\s+delivered\s+corrections \(false\)\s+template\s+warm pinned\s+turns delivered\s+÷ oracle\s+gpu0 n a\/c\/d corrections \(false\)/m);
+    // Every request, turn 1 included; responses without a verdict are not counted as judged.
+    expect(text).toMatch(/^roundrobin\s+-\s+-\s+75%\s+none judged\s+-\s+100% of 5\s+75%\s+100%\s+6 -\/-\/75% none judged\s+0 -\/-\/- none judged$/m);
     expect(at("agent —")).toBeLessThan(at("\nheadline  "));
   });
 
   it("the text report has a table per workload with sample sizes, and says the time is model time", () => {
-    const text = renderText(r, summaries, buildMatrix([summaries]));
+    const text = renderText([engineBlock([r])], buildMatrix([summaries]));
     expect(text).toContain("time scale 0.05: times are model time");
     expect(text).toMatch(/policy\s+n\s+warm p50 ms/);
     expect(text).toMatch(/roundrobin\s+5\s+2,676/);
@@ -146,7 +167,7 @@ describe("rendering", () => {
   });
 
   it("the HTML report is one self-contained file: inline SVG charts, no scripts, no external assets", () => {
-    const html = renderHtml(r, summaries, buildMatrix([summaries]));
+    const html = renderHtml([engineBlock([r])], buildMatrix([summaries]));
     expect(html.startsWith("<!doctype html>")).toBe(true);
     expect(html.match(/<svg /g)?.length).toBe(4); // turns + agent CDF + burst bars + burst CDF
     expect(html.indexOf('<table class="matrix">')).toBeLessThan(html.indexOf("<h2>"));
@@ -157,7 +178,7 @@ describe("rendering", () => {
 
   it("escapes what it did not write itself", () => {
     const evil = { ...r, run: "<script>alert(1)</script>" };
-    expect(renderHtml(evil, summaries, buildMatrix([summaries]))).not.toContain("<script>");
+    expect(renderHtml([engineBlock([evil], "<b>engine</b>")], buildMatrix([summaries], "<b>engine</b>"))).not.toMatch(/<script>|<b>/);
   });
 });
 
@@ -341,5 +362,193 @@ describe("several runs pooled for the detailed tables", () => {
   it("one run is itself", () => {
     const r = run("a", 1_000);
     expect(poolRuns([r])).toBe(r);
+  });
+});
+
+describe("index corrections, checked against the sim's evictions", () => {
+  // A miss the sim confirms (stop evicted), one it denies (stop new: a template break read as
+  // an eviction), a template verdict, hits; one request on gpu1.
+  const judged = [
+    oneShot(0, { verdict: "miss", simStop: "evicted" }),
+    oneShot(1, { verdict: "miss", simStop: "new" }),
+    oneShot(2, { verdict: "template", simStop: "new" }),
+    oneShot(3, { verdict: "hit", simStop: "new" }),
+    oneShot(4, { verdict: "miss", simStop: "full", replica: "gpu1" }),
+    oneShot(5, { simStop: "new" }), // no verdict: nothing to judge (no cached figure in usage)
+  ];
+
+  it("counts corrections (miss verdicts), the false ones (the sim evicted nothing), template verdicts, and what was judged", () => {
+    const c = corrections(judged, replicas);
+    expect(c).toMatchObject({ judged: 5, corrections: 3, false: 2, unchecked: 0, templates: 1 });
+    expect(c.perReplica.gpu0).toEqual({ judged: 4, corrections: 2, false: 1, unchecked: 0, templates: 1 });
+    expect(c.perReplica.gpu1).toEqual({ judged: 1, corrections: 1, false: 1, unchecked: 0, templates: 0 });
+  });
+
+  it("on real replicas (no sim stop) a correction can be neither true nor false", () => {
+    expect(correctionCount([oneShot(0, { verdict: "miss" }), oneShot(1, { verdict: "hit" })])).toEqual({ judged: 2, corrections: 1, unchecked: 1, templates: 0 });
+    expect(correctionText(correctionCount([oneShot(0, { verdict: "miss" })]))).toBe("1 (?)");
+    expect(correctionText(correctionCount([oneShot(0, { verdict: "miss", simStop: "new" }), oneShot(1, { verdict: "miss" })]))).toBe("2 (1+1?)");
+    expect(correctionText(correctionCount([oneShot(0)]))).toBe("none judged");
+    expect(correctionText(undefined)).toBe("-");
+  });
+
+  it("the oracle has no index, so no corrections; a router arm always has them", () => {
+    expect(summarizeArm("shared", { arm: "oracle", samples: judged, bursts: [], wallMs: 1 }, replicas).corrections).toBeUndefined();
+    expect(summarizeArm("shared", { arm: "hybrid", samples: judged, bursts: [], wallMs: 1 }, replicas).corrections?.false).toBe(2);
+  });
+
+  it("the hit table shows them per arm and per replica", () => {
+    const w = summarizeWorkload({ workload: "shared", arms: [{ arm: "hybrid", samples: judged, bursts: [], wallMs: 1 }] }, replicas);
+    const text = hitTable(w, replicas);
+    expect(text.split("\n")[0]).toMatch(/delivered\s+corrections \(false\)\s+template\s+gpu0 n a\/c\/d corrections \(false\)\s+gpu1 n a\/c\/d corrections \(false\)$/);
+    expect(text).toMatch(/^hybrid\s+-\s+-\s+90%\s+3 \(2\)\s+1\s+5 -\/-\/90% 2 \(1\)\s+1 -\/-\/90% 1 \(1\)$/m);
+  });
+
+  it("isCapacityWarning keeps the router's capacity findings, whichever KV they were measured against, and kv_tokens contradictions", () => {
+    expect(isCapacityWarning("gpu1: working set ~130,000 tokens, 106% of the engine's KV 122,624: the engine evicts and re-prefills")).toBe(true);
+    expect(isCapacityWarning("gpu1: working set ~130,000 tokens, 106% of kv_tokens 122,636: the engine evicts")).toBe(true);
+    expect(isCapacityWarning("gpu0: 4 conversations active on 2 slots (~9,000 tokens, 120% of the KV its evictions show, ~7,500): llama.cpp keeps one prompt per slot")).toBe(true);
+    expect(isCapacityWarning("gpu0: kv_tokens 735,816 is more than the engine's own 122,624 (vllm:cache_config_info); the router assumes 122,624")).toBe(true);
+    expect(isCapacityWarning("gpu0: down for 3s: health check: connection refused")).toBe(false);
+  });
+});
+
+describe("conversations: warm turns kept on the previous turn's replica, delivered against the oracle's", () => {
+  const conversation = (replicasByTurn: string[], cached: number[], extra: Partial<Sample> = {}) =>
+    replicasByTurn.map((replica, i) => turn(extra.group ?? 0, i + 1, 500, { replica, cachedTokens: cached[i]!, ...extra }));
+
+  it("pinned: turns ≥ 2 on the replica of the turn before, per conversation (and run); a turn whose predecessor failed is not counted", () => {
+    const samples = [
+      ...conversation(["gpu0", "gpu0", "gpu1", "gpu1"], [0, 900, 0, 900]),
+      ...conversation(["gpu1", "gpu1", "gpu1"], [0, 900, 900], { group: 1 }),
+      // Run 1 reuses group 0: a conversation of its own.
+      ...conversation(["gpu1", "gpu0"], [0, 0], { run: 1 }),
+    ];
+    const p = turnPlacement(samples.filter((s) => !(s.group === 1 && s.index === 2)));
+    // Conversation 0: turn 2 pinned, 3 moved, 4 pinned; conversation 1: turn 3's predecessor is gone; run 1: moved.
+    expect(p).toMatchObject({ warm: 4, pinned: 2 / 4 });
+    expect(p.delivered).toBeCloseTo((900 + 900 + 900) / 8_000, 10);
+  });
+
+  it("÷ oracle is each arm's turns' delivered ÷ the oracle's on the same workload; the table shows it with the pinned share", () => {
+    const arm = (name: ArmResult["arm"], replicasByTurn: string[], cached: number[]): ArmResult => ({ arm: name, samples: conversation(replicasByTurn, cached), bursts: [], wallMs: 1 });
+    const w = summarizeWorkload(
+      {
+        workload: "agent",
+        arms: [arm("roundrobin", ["gpu0", "gpu1", "gpu0", "gpu1"], [0, 0, 400, 400]), arm("hybrid", ["gpu0", "gpu0", "gpu0", "gpu0"], [0, 760, 760, 760]), arm("oracle", ["gpu1", "gpu1", "gpu1", "gpu1"], [0, 800, 800, 800])],
+      },
+      replicas,
+    );
+    expect(w.arms.map((a) => [a.arm, a.turns!.pinned])).toEqual([
+      ["roundrobin", 0],
+      ["hybrid", 1],
+      ["oracle", 1],
+    ]);
+    // Σ delivered over the same 4,000 prompt tokens: 800, 2,280 and 2,400.
+    expect(w.arms.map((a) => a.turns!.vsOracle! * 2_400)).toEqual([expect.closeTo(800, 9), expect.closeTo(2_280, 9), 2_400]);
+    const text = hitTable(w, replicas);
+    expect(text.split("\n")[0]).toMatch(/template\s+warm pinned\s+turns delivered\s+÷ oracle\s+gpu0/);
+    expect(text).toMatch(/^hybrid\s+-\s+-\s+57%\s+none judged\s+-\s+100% of 3\s+57%\s+95%\s+4 /m);
+    expect(text).toMatch(/^oracle\s+-\s+-\s+60%\s+-\s+-\s+100% of 3\s+60%\s+100%\s+0 -\/-\/-\s+4 -\/-\/60%$/m);
+  });
+
+  it("one-shot workloads have no such columns; no oracle, no ÷ oracle", () => {
+    const shared = summarizeWorkload({ workload: "shared", arms: [{ arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1 }] }, replicas);
+    expect(shared.arms[0]!.turns).toBeUndefined();
+    expect(hitTable(shared, replicas)).not.toContain("warm pinned");
+    const agent = summarizeWorkload({ workload: "agent", arms: [agentArm("hybrid", 1_000)] }, replicas);
+    expect(agent.arms[0]!.turns!.vsOracle).toBeUndefined();
+  });
+});
+
+describe("row blocks: one per engine setup", () => {
+  const setup = (engine: string, template: string, kvTokens: string, warm: number, arms: ArmResult[] = []): BenchResult => ({
+    ...result(),
+    target: { ...result().target, sim: { engine, template, kvTokens } },
+    workloads: [{ workload: "agent", arms: [agentArm("roundrobin", 2 * warm), agentArm("hybrid", warm), ...arms] }],
+  });
+  const falseMiss = (): ArmResult => ({
+    ...agentArm("hybrid", 1_000, 6, (i) => (i === 3 ? { verdict: "miss", simStop: "new" } : i > 1 ? { verdict: "hit", simStop: "new" } : {})),
+  });
+  const blocks = [engineBlock([setup("vllm", "chatml", "6x", 1_000)], "vllm"), engineBlock([{ ...setup("sglang", "deepseek-r1", "6x", 1_000), workloads: [{ workload: "agent", arms: [agentArm("roundrobin", 2_000), falseMiss()] }] }], "sglang · deepseek-r1")];
+  const matrix = stackMatrices(blocks.map((b) => buildMatrix(b.perRun, b.label)));
+
+  it("the matrix stacks the blocks; each row names its engine setup and keeps its n", () => {
+    expect(matrix.rows.map((r) => [r.engine, r.workload, r.cells.map((c) => c.n[0])])).toEqual([
+      ["vllm", "agent", [5, 5]],
+      ["sglang · deepseek-r1", "agent", [5, 5]],
+    ]);
+    const lines = matrixText(matrix).split("\n");
+    expect(lines[2]).toMatch(/^engine\s+workload\s+headline\s+n\s+roundrobin\s+hybrid\s+best$/);
+    expect(lines[3]).toMatch(/^vllm\s+agent\s+warm-turn TTFT p50\s+5\s+2\.00× ○\s+1\.00× ●\s+1,000 ms hybrid$/);
+    expect(lines[4]).toMatch(/^sglang · deepseek-r1\s+agent\s+warm-turn TTFT p50\s+5/);
+    // One block: no engine column (the header line names the engine).
+    expect(matrixText(buildMatrix(blocks[0]!.perRun, "vllm")).split("\n")[2]).toMatch(/^workload\s+headline/);
+  });
+
+  it("an arm one block lacks is '-' there", () => {
+    const stacked = stackMatrices([buildMatrix(blocks[0]!.perRun, "a"), buildMatrix([summaries({ agent: { hybrid: 1_000, oracle: 900 } })], "b")]);
+    expect(stacked.arms).toEqual(["roundrobin", "hybrid", "oracle"]);
+    expect(stacked.rows[0]!.cells[2]).toMatchObject({ arm: "oracle", n: [] });
+    expect(matrixText(stacked).split("\n")[3]).toMatch(/1\.00× ●\s+-\s+1,000 ms hybrid$/);
+  });
+
+  it("a false correction is summed under the matrix, loudly, with where it happened", () => {
+    const c = correctionSummary(blocks);
+    expect(c).toMatchObject({ judged: 5, corrections: 1, false: 1, where: ["sglang · deepseek-r1 agent hybrid 1/1"] });
+    expect(c.text).toStartWith("FALSE INDEX CORRECTIONS: 1 of 1 corrections dropped index entries the engine still held");
+    const text = renderText(blocks, matrix);
+    expect(text.indexOf("FALSE INDEX CORRECTIONS")).toBeLessThan(text.indexOf("━━ vllm ━━"));
+    expect(text).toMatch(/^hybrid\s+-\s+-\s+75%\s+1 \(1\)\s+0\s+/m);
+  });
+
+  it("no false ones, none judged: the line says which", () => {
+    expect(correctionSummary([blocks[0]!]).text).toStartWith("Index corrections: none; no response carried a cached-token figure");
+    const honest = engineBlock([{ ...setup("sglang", "chatml", "none", 1_000), workloads: [{ workload: "agent", arms: [agentArm("hybrid", 1_000, 3, (i) => (i > 1 ? { verdict: "miss", simStop: "evicted" } : {}))] }] }]);
+    expect(correctionSummary([honest]).text).toBe("Index corrections: 2, none false (each matched an eviction the sim made); 0 template verdicts; 2 responses judged.");
+  });
+
+  it("the text report says what kv_tokens the routers were given and which setups ran, then each block's tables under its name", () => {
+    const text = renderText(blocks, matrix);
+    const first = text.split("\n")[0]!;
+    expect(first).toContain("2 engine setups × 1 run");
+    expect(first).toContain("fresh for each engine setup (vllm; sglang · deepseek-r1)");
+    expect(first).toContain("router.toml kv_tokens: 6× the sims' real KV (735,816)");
+    expect(text.indexOf("━━ vllm ━━")).toBeLessThan(text.indexOf("vllm: agent —"));
+    expect(text.indexOf("vllm: agent —")).toBeLessThan(text.indexOf("━━ sglang · deepseek-r1 ━━"));
+    expect(text).toContain("sglang · deepseek-r1: agent —");
+  });
+
+  it.each([
+    ["none", "router.toml kv_tokens: none (each router takes the KV the engine publishes, or learns it from evictions)"],
+    ["true", "router.toml kv_tokens: the sims' real KV (122,636)"],
+    ["6x", "router.toml kv_tokens: 6× the sims' real KV (735,816)"],
+  ])("one setup: the header names its engine, template and kv_tokens %s", (kv, words) => {
+    const one = [engineBlock([setup("llamacpp", "qwen3-reasoning", kv, 1_000)], "llamacpp · qwen3-reasoning")];
+    const { where } = describeRun(one, 1);
+    expect(where).toContain("engine profile llamacpp, chat template qwen3-reasoning");
+    expect(where).toContain(words);
+  });
+
+  it("HTML: an engine column in the matrix, each block's sections under its name, the false corrections in red", () => {
+    const html = renderHtml(blocks, matrix);
+    expect(html).toContain("<th>engine</th><th>workload</th>");
+    expect(html).toContain("<td>sglang · deepseek-r1</td><td>agent</td>");
+    expect(html).toContain("<h2>vllm: agent —");
+    expect(html).toContain("<h2>sglang · deepseek-r1: Headline ratios</h2>");
+    expect(html).toMatch(/<p class="alarm">FALSE INDEX CORRECTIONS: 1 of 1/);
+    expect(renderHtml([blocks[0]!], buildMatrix(blocks[0]!.perRun, "vllm"))).toMatch(/<p class="note">Index corrections: none;/);
+  });
+
+  it("JSON: per engine setup its name, profile, template, kv_tokens, summaries and runs; the corrections summed", () => {
+    const json = jsonReport(blocks, matrix) as { corrections: { false: number; text?: string }; engines: Record<string, unknown>[] };
+    expect(json.corrections.false).toBe(1);
+    expect(json.corrections.text).toBeUndefined();
+    expect(json.engines.map((e) => [e.label, e.engine, e.template, e.kvTokens])).toEqual([
+      ["vllm", "vllm", "chatml", "6x"],
+      ["sglang · deepseek-r1", "sglang", "deepseek-r1", "6x"],
+    ]);
+    const runs = json.engines[1]!.runs as { summaries: WorkloadSummary[] }[];
+    expect(runs[0]!.summaries[0]!.arms.find((a) => a.arm === "hybrid")!.corrections).toMatchObject({ corrections: 1, false: 1 });
   });
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "bun:test";
 import type { Outcome } from "../../src/bench/client.ts";
-import { claimRecord, oracleChoice, type IndexedRecord, type OracleCandidate } from "../../src/bench/targets.ts";
+import { parseConfig } from "../../src/config.ts";
+import { claimRecord, oracleChoice, routerToml, simHealthIntervalMs, withIndexView, type IndexedRecord, type OracleCandidate, type ReplicaInfo } from "../../src/bench/targets.ts";
 
 const c = (name: string, cachedTokens: number, busy = 0, promptTokens = 10_000): OracleCandidate => ({ name, promptTokens, cachedTokens, busy });
 
@@ -44,6 +45,7 @@ describe("claimRecord: the router's record of a request the client just finished
     text: "",
     promptTokens: 1_000,
     cachedTokens,
+    cachedReported: true,
     completionTokens: 8,
     ...extra,
   });
@@ -62,11 +64,57 @@ describe("claimRecord: the router's record of a request the client just finished
     expect(got.map((r) => r?.capturedTokens)).toEqual([600, 640, undefined]);
   });
 
+  it("the claimed record's verdict goes with the outcome: the router's judgement of that response", () => {
+    const pending = [record("gpu0", 0, { verdict: "miss", availableTokens: 900, capturedTokens: 900 }), record("gpu1", 640, { verdict: "template" })];
+    expect(withIndexView(outcome("gpu0", 0), pending)).toMatchObject({ verdict: "miss", availableTokens: 900, capturedTokens: 900 });
+    expect(withIndexView(outcome("gpu1", 640), pending).verdict).toBe("template");
+    expect(withIndexView(outcome("gpu1", 640), pending).verdict).toBeUndefined();
+  });
+
   it("a failed request or one with no record of its own claims nothing", () => {
     const pending = [record("gpu0", 640)];
     expect(claimRecord(pending, outcome("gpu0", 640, { error: "stream failed" }))).toBeUndefined();
     expect(claimRecord(pending, outcome("gpu1", 640))).toBeUndefined();
     expect(claimRecord(pending, outcome("gpu0", 640, { completionTokens: 9 }))).toBeUndefined();
     expect(pending.length).toBe(1);
+  });
+});
+
+describe("routerToml: what the bench routers are told of the sims", () => {
+  const sims: ReplicaInfo[] = [
+    { name: "gpu0", url: "http://127.0.0.1:1", kvTokens: 122_636 },
+    { name: "gpu1", url: "http://127.0.0.1:2", kvTokens: 122_636, healthPath: "/api/version", metrics: false },
+  ];
+  const parsed = (toml: string) => parseConfig(toml, "<bench>", { env: {} });
+
+  it.each([
+    ["none", { kind: "none" }, [0, 0]],
+    ["true", { kind: "factor", factor: 1 }, [122_636, 122_636]],
+    ["6x", { kind: "factor", factor: 6 }, [735_816, 735_816]],
+  ] as const)("--kv-tokens %s: each replica's kv_tokens as the router reads it (0 = not configured)", (_flag, kvTokens, expected) => {
+    const config = parsed(routerToml(sims, "hybrid", "sim-model", { kvTokens }));
+    expect(config.replicas.map((r) => r.kv_tokens)).toEqual([...expected]);
+  });
+
+  it("without a setting, kv_tokens is the replicas' real KV (the oracle's single-replica routers, a caller that does not say)", () => {
+    expect(parsed(routerToml(sims, "hybrid", "sim-model")).replicas.map((r) => r.kv_tokens)).toEqual([122_636, 122_636]);
+  });
+
+  it("an Ollama sim is checked on /api/version and never scraped, as `llmroute sim` prints it; the others on the defaults", () => {
+    const config = parsed(routerToml(sims, "affinity", "sim-model"));
+    expect(config.routing.policy).toBe("affinity");
+    expect(config.replicas.map((r) => [r.health_path, r.metrics])).toEqual([
+      [undefined, "/metrics"],
+      ["/api/version", false],
+    ]);
+    expect(config.replicas.every((r) => r.models.length === 1 && r.models[0] === "sim-model")).toBe(true);
+  });
+
+  it("health checks (and scrapes) every 10 s of model time on sims, 60 s by default", () => {
+    expect(simHealthIntervalMs(0.1)).toBe(1_000);
+    expect(simHealthIntervalMs(1)).toBe(10_000);
+    expect(simHealthIntervalMs(0.002)).toBe(100);
+    expect(parsed(routerToml(sims, "hybrid", "m", { healthIntervalMs: 1_000 })).health.interval_ms).toBe(1_000);
+    expect(parsed(routerToml(sims, "hybrid", "m")).health.interval_ms).toBe(60_000);
   });
 });

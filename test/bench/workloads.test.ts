@@ -1,5 +1,6 @@
 import { describe, expect, it } from "bun:test";
 import {
+  AGENT_TOOLS,
   agentFirstTokens,
   agentMessages,
   agentPlan,
@@ -11,6 +12,7 @@ import {
   ladderRequests,
   newRunId,
   poissonArrivals,
+  replyMessage,
   rng,
   saltLine,
   sharedRequests,
@@ -23,10 +25,11 @@ import { createHasher, hex64 } from "../../src/route/hash.ts";
 import { linkHash, prefixChains, type PrefixChain } from "../../src/route/chain.ts";
 import { shapeOf } from "../../src/route/shape.ts";
 import { renderChat } from "../../src/sim/index.ts";
+import { parseRequest } from "../../src/sim/template.ts";
 
 const spec: AgentSpec = { contextTokens: 6_000, turns: 5, turnTokens: 500, replyTokens: 32, systemTokens: 300 };
 /** A reply as the sim produces it: replyTokens tokens of CHARS_PER_TOKEN characters. */
-const reply = (i: number) => `r${i}`.padEnd(spec.replyTokens * CHARS_PER_TOKEN, "z");
+const reply = (i: number) => ({ content: `r${i}`.padEnd(spec.replyTokens * CHARS_PER_TOKEN, "z") });
 /** The sim's first KV block: 16 tokens × 4 characters of the rendered prompt. */
 const firstBlock = (messages: { role: string; content: string }[]) => renderChat(messages).slice(0, 64);
 
@@ -263,6 +266,41 @@ describe("hitCeiling: the compulsory misses", () => {
 describe("chatBody", () => {
   it("streams with usage, so cached_tokens arrives per request", () => {
     expect(chatBody("m", [{ role: "user", content: "hi" }], 8)).toMatchObject({ model: "m", stream: true, stream_options: { include_usage: true }, max_tokens: 8 });
+    expect(chatBody("m", [{ role: "user", content: "hi" }], 8)).not.toHaveProperty("tools");
+  });
+
+  it("carries the agent's tools when given: the two its system prompt names, as OpenAI function tools", () => {
+    const body = chatBody("m", [{ role: "user", content: "hi" }], 8, AGENT_TOOLS);
+    expect((body.tools as { type: string; function: { name: string } }[]).map((t) => [t.type, t.function.name])).toEqual([
+      ["function", "read_file"],
+      ["function", "run_tests"],
+    ]);
+    expect(agentPlan(spec, "s").system).toContain("Tools: read_file, run_tests.");
+  });
+});
+
+describe("replies sent back the way an agent does", () => {
+  const plan = agentPlan(spec, "salt");
+
+  it("content verbatim, a DeepSeek-R1 reply's reasoning and </think> included (the template cuts it, not the client)", () => {
+    const r1 = { content: "  hmm let me see\n</think>\n\nthe answer" };
+    expect(replyMessage(r1)).toEqual({ role: "assistant", content: r1.content });
+    expect(agentMessages(plan, [r1], 2)[2]).toEqual({ role: "assistant", content: r1.content });
+  });
+
+  it.each(["reasoning_content", "reasoning"] as const)("reasoning returned apart goes back in the field it came in (%s)", (field) => {
+    const reply = { content: "the answer", reasoning: { text: "let me see", field } };
+    expect(agentMessages(plan, [reply], 2)[2]).toEqual({ role: "assistant", content: "the answer", [field]: "let me see" });
+  });
+
+  it("the sim reads it back: under qwen3-reasoning, reasoning after the last query is rendered, as the template does", () => {
+    const messages = [
+      { role: "system" as const, content: "sys" },
+      { role: "user" as const, content: "task" },
+      replyMessage({ content: "answer", reasoning: { text: "thinking", field: "reasoning_content" } }),
+    ];
+    // The last message is the assistant's: it follows the last query, so its reasoning is written.
+    expect(parseRequest("/v1/chat/completions", chatBody("m", messages, 8), undefined, "qwen3-reasoning").prompt).toContain("<think>\nthinking\n</think>\n\nanswer");
   });
 });
 

@@ -439,9 +439,9 @@ describe("llmroute bench --routers", () => {
     expect(out.code).toBe(0);
     expect(out.stdout).toContain("router instances: 4 per arm, sharing a redis-server started by the bench; requests spread round-robin");
     type Workloads = { arms: { samples: { replica: string; route: string; status: number }[] }[] }[];
-    const result = (await Bun.file(json).json()) as { options: { routers: number }; runs: { workloads: Workloads }[] };
+    const result = (await Bun.file(json).json()) as { options: { routers: number }; engines: { runs: { workloads: Workloads }[] }[] };
     expect(result.options.routers).toBe(4);
-    const turns = result.runs[0]!.workloads[0]!.arms[0]!.samples;
+    const turns = result.engines[0]!.runs[0]!.workloads[0]!.arms[0]!.samples;
     expect(turns).toHaveLength(6);
     expect(turns.every((t) => t.status === 200)).toBe(true);
     expect(turns.slice(1).map((t) => [t.replica, t.route])).toEqual(turns.slice(1).map(() => [turns[0]!.replica, "pin"]));
