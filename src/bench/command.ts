@@ -10,12 +10,12 @@ import { startRedisServer, type RedisServer } from "../cluster/redis-server.ts";
 import { loadConfigFile } from "../config.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
-import { stderrProgress } from "./progress.ts";
 import { buildMatrix, type Matrix } from "./matrix.ts";
 import { poolRuns, renderText, summarizeWorkload, type WorkloadSummary } from "./report.ts";
 import { runBench, type BenchResult, type Progress } from "./run.ts";
 import { configTarget, simTarget, type Target } from "./targets.ts";
 import { newRunId } from "./workloads.ts";
+import { ui } from "../ui.ts";
 
 export interface BenchIo {
   out: (text: string) => void;
@@ -87,6 +87,15 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
   }
 }
 
+/**
+ * Progress through `ui` (stderr): on a terminal the running arm's status line is rewritten
+ * in place and each finished arm stays as a line; elsewhere only the lines that stay.
+ */
+export const uiProgress: Progress = {
+  status: (text) => ui.info({ args: [text], transient: true }),
+  line: (text) => ui.info(text),
+};
+
 /** NaN and Infinity are not JSON: write null. */
 function jsonNumbers(_key: string, value: unknown): unknown {
   return typeof value === "number" && !Number.isFinite(value) ? null : value;
@@ -100,9 +109,9 @@ export default defineCommand({
   args: benchArgs,
   async run({ args }) {
     const options = parseBenchArgs(args);
-    const { errors } = await bench(options, { out: (t) => console.log(t), progress: stderrProgress() });
+    const { errors } = await bench(options, { out: (t) => console.log(t), progress: uiProgress });
     if (errors > 0) {
-      console.error(`${errors} request(s) failed; see the errors column`);
+      ui.error(`${errors} request(s) failed; see the errors column`);
       return 1;
     }
     return 0;
