@@ -27,7 +27,8 @@ export function createProgress(options: ProgressOptions): Progress & { close(): 
       stop();
       const started = now();
       if (showsStatus()) {
-        const draw = () => ui.start({ args: [`${label}... ${elapsed(started)}`], transient: true });
+        // The clock first: a status line is cut to the terminal's width from the right.
+        const draw = () => ui.start({ args: [`${elapsed(started).padStart(6)}  ${label}...`], transient: true });
         draw();
         timer = setInterval(draw, options.tickMs ?? 100);
       } else {

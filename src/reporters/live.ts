@@ -20,7 +20,8 @@ export function liveReporter(output: { write(text: string): void; columns?: numb
     live: true,
     log(logObj, ctx) {
       if (logObj.transient) {
-        const width = (output.columns ?? 100) - 1;
+        // A pseudo-terminal may report 0 columns: then assume 100.
+        const width = (output.columns || 100) - 1;
         const text = messageOf(logObj).replace(/\n/g, " ");
         output.write(`${CLEAR_LINE}${text.length > width ? `${text.slice(0, width - 1)}…` : text}`);
         shown = true;
