@@ -21,7 +21,7 @@ import { liveReporter } from "./reporters/live.ts";
 import { fieldText, SYSLOG_PRIORITY, type Fields, type Level, type LineSink } from "./reporters/_line.ts";
 import { textReporter } from "./reporters/text.ts";
 
-export { SYSLOG_PRIORITY, type Fields, type Level } from "./reporters/_line.ts";
+export type { Fields, Level } from "./reporters/_line.ts";
 
 export interface Log {
   debug(msg: string, fields?: Fields): void;

@@ -43,12 +43,6 @@ export function parseLogLevel(value: string, source: string, code: ErrorCode = "
   throw new LlmrouteError(code, `${source} ${JSON.stringify(value)}: not a log level; use ${LOG_LEVEL_NAMES.join(", ")} or a number (consola's: 0 error … 3 info, 4 debug)`);
 }
 
-/** The name for a consola level number, for messages and the router's own log. */
-export function levelName(level: number): string {
-  if (level === LogLevels.silent || level < 0) return "silent";
-  return level <= 0 ? "error" : level === 1 ? "warn" : level <= 3 ? "info" : level === 4 ? "debug" : "trace";
-}
-
 export interface UiOutput {
   /** Where lines go (stderr). */
   write(text: string): void;

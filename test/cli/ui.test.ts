@@ -7,9 +7,10 @@
 import { describe, expect, it } from "bun:test";
 import { LogLevels } from "consola";
 import { runCli, type CliIO } from "../../src/cli.ts";
+import { createLog } from "../../src/log.ts";
 import { liveReporter } from "../../src/reporters/live.ts";
 import { plainReporter } from "../../src/reporters/plain.ts";
-import { levelName, parseLogLevel, reporterFor } from "../../src/ui.ts";
+import { parseLogLevel, reporterFor } from "../../src/ui.ts";
 import { CLI, runCli as runProcess, spawnCli } from "../helpers/proc.ts";
 import { until } from "../helpers/fleet.ts";
 import { tempDir } from "../helpers/tmp.ts";
@@ -112,18 +113,6 @@ describe("--log-level and CONSOLA_LEVEL", () => {
   ])("parseLogLevel(%p) = %p", (value, level) => {
     expect(parseLogLevel(value, "x")).toBe(level);
   });
-
-  it.each([
-    [LogLevels.silent, "silent"],
-    [0, "error"],
-    [1, "warn"],
-    [2, "info"],
-    [3, "info"],
-    [4, "debug"],
-    [5, "trace"],
-  ])("levelName(%p) = %p", (level, name) => {
-    expect(levelName(level)).toBe(name);
-  });
 });
 
 describe("the reporter follows stderr", () => {
@@ -159,6 +148,21 @@ describe("the reporter follows stderr", () => {
     // cut to the terminal's width, less one column, with an ellipsis
     expect(written).toStartWith("\r\x1b[Kagent · hybrid · 1/48\r\x1b[Kagent · hybrid · 2/48 reques…\r\x1b[K");
     expect(written).toEndWith(" agent hybrid finished\n");
+  });
+
+  it("serve's log on a terminal: consola's fancy reporter, one line per event (the time to the millisecond, no badge)", () => {
+    const lines: string[] = [];
+    const log = createLog({ format: "auto", isTTY: true, journal: false, write: (l) => lines.push(l), now: () => new Date(0) });
+    log.info("request", { endpoint: "chat", model: "a b" });
+    log.warn("replica down", { replica: "gpu0" });
+    log.error("could not save routing state", { file: "/x" });
+    expect(lines.map((l) => l.replace(/\x1b\[\d+m/g, ""))).toEqual([
+      expect.stringMatching(/^\S+ 00:00:00\.000 request endpoint=chat model="a b"$/),
+      expect.stringMatching(/^\S+ 00:00:00\.000 replica down replica=gpu0$/),
+      expect.stringMatching(/^\S+ 00:00:00\.000 could not save routing state file=\/x$/),
+    ]);
+    // each level its own icon
+    expect(new Set(lines.map((l) => l.replace(/\x1b\[\d+m/g, "").split(" ")[0])).size).toBe(3);
   });
 
   // A real pseudo-terminal (util-linux `script`): what a person at a terminal sees.
