@@ -20,7 +20,7 @@
  */
 import { parseArgs } from "node:util";
 import { quantile } from "../src/bench/stats.ts";
-import type { ConsolaOptions } from "consola";
+import type { ConsolaOptions } from "consola/core";
 import { createLog, type Fields } from "../src/log.ts";
 import { jsonReporter } from "../src/reporters/json.ts";
 

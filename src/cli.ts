@@ -10,7 +10,6 @@
  * consola instance whose reporter and level this edge sets: src/ui.ts).
  */
 import { parseArgs, renderUsage, runCommand, type ArgsDef, type CommandDef } from "citty";
-import { stripAnsi } from "consola/utils";
 import pkg from "../package.json" with { type: "json" };
 import { checkArgs } from "./_args.ts";
 import { nearest } from "./_nearest.ts";
@@ -128,6 +127,14 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
   }
 }
 
+/**
+ * citty's colours, taken out. consola/utils has a stripAnsi, but importing it loads node:tty
+ * (~20 ms at every start); this pattern covers the SGR codes citty writes.
+ */
+function stripAnsi(text: string): string {
+  return text.replace(/\x1b\[[0-9;]*m/g, "");
+}
+
 /** citty's usage text, without colour when it is not for a terminal and without trailing spaces. */
 export async function help(command: CommandDef<any>, parent: CommandDef<any> | undefined, io: Pick<CliIO, "colour">): Promise<string> {
   const text = await renderUsage(command, parent);
@@ -138,6 +145,6 @@ export async function help(command: CommandDef<any>, parent: CommandDef<any> | u
 }
 
 if (import.meta.main) {
-  configureUi({ output: { journal: stderrIsJournal() } });
+  await configureUi({ output: { journal: stderrIsJournal() } });
   process.exit(await runCli(process.argv.slice(2)));
 }

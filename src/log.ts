@@ -13,11 +13,10 @@
  * so `journalctl -p warning -u llmroute` shows a replica going down and nothing else.
  */
 import { fstatSync } from "node:fs";
-import { createConsola, LogLevels, type ConsolaReporter } from "consola";
-import { colors } from "consola/utils";
+import { createConsola, LogLevels, type ConsolaReporter } from "consola/core";
 import type { LogFormat } from "./config.ts";
 import { jsonReporter } from "./reporters/json.ts";
-import { liveReporter } from "./reporters/live.ts";
+import { liveReporter, type Terminal } from "./reporters/live.ts";
 import { fieldText, SYSLOG_PRIORITY, type Fields, type Level, type LineSink } from "./reporters/_line.ts";
 import { textReporter } from "./reporters/text.ts";
 
@@ -40,6 +39,11 @@ export interface LogOptions {
   now?: () => Date;
   /** Prefix lines with syslog priorities; default: detected with `stderrIsJournal()`. */
   journal?: boolean;
+  /**
+   * consola's fancy reporter (`loadTerminal()`), for human lines on a terminal; without it
+   * a terminal gets the plain text lines. `serve` loads it when stderr is a terminal.
+   */
+  terminal?: Terminal;
 }
 
 /**
@@ -71,15 +75,13 @@ export function createLog(options: LogOptions): Log {
   const sink: LineSink = journal
     ? (level, line) => raw(`${SYSLOG_PRIORITY[level]}${line}`, urgent(level))
     : (level, line) => raw(line, urgent(level));
-  const reporter = json ? jsonReporter(sink) : tty && !journal ? terminalReporter(raw) : textReporter(sink);
+  const reporter = json ? jsonReporter(sink) : tty && !journal && options.terminal ? terminalReporter(raw, options.terminal) : textReporter(sink);
   const consola = createConsola({
     level: options.level ?? LogLevels.info,
     // consola folds a line repeated within a second into "(repeated N times)": a request
     // log must keep every line.
     throttle: 0,
     reporters: [reporter],
-    stdout: process.stderr,
-    stderr: process.stderr,
     formatOptions: { date: false, columns: 0, compact: true },
   });
   // `args` rather than `message`: consola takes an object as a log object only when one of
@@ -89,13 +91,13 @@ export function createLog(options: LogOptions): Log {
 }
 
 /** A terminal: the time, the message and its fields, through consola's fancy reporter (no badge: one line per event). */
-function terminalReporter(raw: (line: string, urgent: boolean) => void): ConsolaReporter {
+function terminalReporter(raw: (line: string, urgent: boolean) => void, terminal: Terminal): ConsolaReporter {
   let urgent = false;
-  const live = liveReporter({ write: (text) => raw(text.replace(/\n$/, ""), urgent), columns: process.stderr.columns });
+  const live = liveReporter({ write: (text) => raw(text.replace(/\n$/, ""), urgent), columns: process.stderr.columns }, terminal);
   return {
     log(logObj, ctx) {
       const parts = fieldText(logObj.fields as Fields | undefined);
-      const time = colors.gray(logObj.date.toISOString().slice(11, 23));
+      const time = terminal.gray(logObj.date.toISOString().slice(11, 23));
       urgent = logObj.level <= 1;
       live.log({ ...logObj, badge: false, args: [`${time} ${logObj.args[0]}${parts ? ` ${parts}` : ""}`] }, ctx);
     },

@@ -14,9 +14,9 @@
  * Commands import `ui`; only the process edge (src/cli.ts) chooses its reporter and level.
  * Tests swap in a collecting reporter (`ui.setReporters`), consola's own hook.
  */
-import { createConsola, LogLevels, type ConsolaInstance, type ConsolaReporter } from "consola";
+import { createConsola, LogLevels, type ConsolaInstance, type ConsolaReporter } from "consola/core";
 import { LlmrouteError, type ErrorCode } from "./errors.ts";
-import { liveReporter } from "./reporters/live.ts";
+import { liveReporter, loadTerminal } from "./reporters/live.ts";
 import { plainReporter } from "./reporters/plain.ts";
 
 /** The level names `--log-level` takes, quietest first (CONSOLA_LEVEL also takes consola's numbers). */
@@ -54,9 +54,14 @@ export interface UiOutput {
   journal: boolean;
 }
 
+/** Does this output get the fancy reporter (a terminal, not the journal, not TERM=dumb)? */
+export function isTerminal(output: Pick<UiOutput, "isTTY" | "journal">): boolean {
+  return output.isTTY && !output.journal && process.env.TERM !== "dumb";
+}
+
 /** The reporter for an output: fancy on a terminal, plain (journal-prefixed under systemd) elsewhere. */
-export function reporterFor(output: UiOutput): ConsolaReporter {
-  if (output.isTTY && !output.journal && process.env.TERM !== "dumb") return liveReporter(output);
+export async function reporterFor(output: UiOutput): Promise<ConsolaReporter> {
+  if (isTerminal(output)) return liveReporter(output, await loadTerminal());
   return plainReporter(output.write, { journal: output.journal });
 }
 
@@ -73,13 +78,13 @@ function processOutput(): UiOutput {
  * The shared instance. Until the process edge configures it (and in tests and library
  * use), plain lines on stderr at info. `throttle: 0`: consola would otherwise fold a line
  * repeated within a second into "(repeated N times)", and every line here is wanted.
+ * No `stdout`/`stderr` streams: every reporter here writes where it was told, and touching
+ * process.stderr at import costs Bun its stream set-up (~25 ms) before anything is printed.
  */
 export const ui: ConsolaInstance = createConsola({
   level: DEFAULT_LOG_LEVEL,
   throttle: 0,
-  reporters: [plainReporter(processOutput().write)],
-  stdout: process.stderr,
-  stderr: process.stderr,
+  reporters: [plainReporter((text) => void process.stderr.write(text))],
   formatOptions: { date: false, columns: 0, compact: true },
 });
 
@@ -89,7 +94,7 @@ export function showsStatus(): boolean {
 }
 
 /** The process edge: the reporter for stderr as it is, and the level. */
-export function configureUi(options: { output?: Partial<UiOutput>; level?: number } = {}): void {
-  ui.setReporters([reporterFor({ ...processOutput(), ...options.output })]);
+export async function configureUi(options: { output?: Partial<UiOutput>; level?: number } = {}): Promise<void> {
+  ui.setReporters([await reporterFor({ ...processOutput(), ...options.output })]);
   if (options.level !== undefined) ui.level = options.level;
 }

@@ -3,6 +3,7 @@ import { LOG_FORMATS, loadConfigFile, type Config, type Listen } from "../config
 import { listenError, LlmrouteError } from "../errors.ts";
 import { createLog } from "../log.ts";
 import { startRouter, type RouterServer } from "../proxy/server.ts";
+import { loadTerminal } from "../reporters/live.ts";
 import { ui } from "../ui.ts";
 
 export default defineCommand({
@@ -46,7 +47,9 @@ async function listen(config: Config, listenFlag: boolean): Promise<RouterServer
   try {
     // The router's log takes the command's level (--log-level, CONSOLA_LEVEL): debug shows
     // its debug lines, warn keeps only what needs a look.
-    return await startRouter(config, { log: createLog({ format: config.server.log_format, level: ui.level }) });
+    const format = config.server.log_format;
+    const terminal = format !== "json" && process.stderr.isTTY ? await loadTerminal() : undefined;
+    return await startRouter(config, { log: createLog({ format, level: ui.level, ...(terminal ? { terminal } : {}) }) });
   } catch (error) {
     const { listen, admin_listen: admin } = config.server;
     // Bun says only "Failed to start server. Is port N in use?": match N to a listener.

@@ -3,7 +3,7 @@
  * event with `time`, `level`, `msg` and the caller's fields (undefined and null left out),
  * in that order, byte for byte as before consola carried them.
  */
-import type { ConsolaReporter } from "consola";
+import type { ConsolaReporter } from "consola/core";
 import type { Fields, Level, LineSink } from "./_line.ts";
 
 export function jsonReporter(sink: LineSink): ConsolaReporter {

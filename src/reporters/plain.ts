@@ -6,8 +6,7 @@
  * line on its own. A transient line (a status rewritten in place on a terminal) is
  * dropped: in a log it would be noise.
  */
-import type { ConsolaReporter, LogObject } from "consola";
-import { inspect } from "node:util";
+import type { ConsolaReporter, LogObject } from "consola/core";
 import { priorityOf } from "./_line.ts";
 
 export function plainReporter(write: (text: string) => void, options: { journal?: boolean } = {}): ConsolaReporter {
@@ -22,9 +21,9 @@ export function plainReporter(write: (text: string) => void, options: { journal?
   };
 }
 
-/** A log object's arguments as one string: text as it is, an error with its stack. */
+/** A log object's arguments as one string: text as it is, an error with its stack (Bun.inspect, not node:util: ~10 ms less at start). */
 export function messageOf(logObj: Pick<LogObject, "args">): string {
   return logObj.args
-    .map((a: unknown) => (typeof a === "string" ? a : a instanceof Error ? (a.stack ?? a.message) : inspect(a)))
+    .map((a: unknown) => (typeof a === "string" ? a : a instanceof Error ? (a.stack ?? a.message) : Bun.inspect(a)))
     .join(" ");
 }

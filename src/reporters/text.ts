@@ -3,7 +3,7 @@
  * or the journal): `12:00:01.123 warn  replica down replica=gpu0`, the time to the
  * millisecond, the level padded, then key=value with spaces quoted.
  */
-import type { ConsolaReporter } from "consola";
+import type { ConsolaReporter } from "consola/core";
 import { fieldText, type Fields, type Level, type LineSink } from "./_line.ts";
 
 export function textReporter(sink: LineSink): ConsolaReporter {

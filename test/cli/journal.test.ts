@@ -6,7 +6,7 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { stat } from "node:fs/promises";
-import { LogLevels } from "consola";
+import { LogLevels } from "consola/core";
 import { createLog, stderrIsJournal } from "../../src/log.ts";
 import { until } from "../helpers/fleet.ts";
 import { CLI } from "../helpers/proc.ts";

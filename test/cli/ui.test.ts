@@ -5,10 +5,10 @@
  * reporter on a terminal (a real pseudo-terminal, with and without NO_COLOR).
  */
 import { describe, expect, it } from "bun:test";
-import { LogLevels } from "consola";
+import { LogLevels } from "consola/core";
 import { runCli, type CliIO } from "../../src/cli.ts";
 import { createLog } from "../../src/log.ts";
-import { liveReporter } from "../../src/reporters/live.ts";
+import { liveReporter, loadTerminal } from "../../src/reporters/live.ts";
 import { plainReporter } from "../../src/reporters/plain.ts";
 import { parseLogLevel, reporterFor } from "../../src/ui.ts";
 import { CLI, runCli as runProcess, spawnCli } from "../helpers/proc.ts";
@@ -125,10 +125,11 @@ describe("the reporter follows stderr", () => {
     ...extra,
   });
 
-  it("a pipe gets plain lines; the journal gets them with priorities; a terminal gets the live reporter", () => {
+  it("a pipe gets plain lines; the journal gets them with priorities; a terminal gets the live reporter", async () => {
     const out = { write: () => {}, columns: 80 };
-    expect((reporterFor({ ...out, isTTY: true, journal: false }) as { live?: boolean }).live).toBe(true);
-    expect((reporterFor({ ...out, isTTY: false, journal: false }) as { live?: boolean }).live).toBeUndefined();
+    expect(((await reporterFor({ ...out, isTTY: true, journal: false })) as { live?: boolean }).live).toBe(true);
+    expect(((await reporterFor({ ...out, isTTY: false, journal: false })) as { live?: boolean }).live).toBeUndefined();
+    expect(((await reporterFor({ ...out, isTTY: true, journal: true })) as { live?: boolean }).live).toBeUndefined();
     const lines: string[] = [];
     const plain = plainReporter((t) => lines.push(t), { journal: true });
     const ctx = { options: {} as never };
@@ -138,9 +139,9 @@ describe("the reporter follows stderr", () => {
     expect(lines).toEqual(["<4>replica down\n<4>second line\n", "<6>done\n"]);
   });
 
-  it("on a terminal a transient status line is rewritten in place and cleared before a lasting line", () => {
+  it("on a terminal a transient status line is rewritten in place and cleared before a lasting line", async () => {
     let written = "";
-    const live = liveReporter({ write: (t) => void (written += t), columns: 30 });
+    const live = liveReporter({ write: (t) => void (written += t), columns: 30 }, await loadTerminal());
     const ctx = { options: { formatOptions: { date: false, columns: 0 } } as never };
     live.log(logObj("info", "agent · hybrid · 1/48", { transient: true }), ctx);
     live.log(logObj("info", "agent · hybrid · 2/48 requests done", { transient: true }), ctx);
@@ -150,9 +151,9 @@ describe("the reporter follows stderr", () => {
     expect(written).toEndWith(" agent hybrid finished\n");
   });
 
-  it("serve's log on a terminal: consola's fancy reporter, one line per event (the time to the millisecond, no badge)", () => {
+  it("serve's log on a terminal: consola's fancy reporter, one line per event (the time to the millisecond, no badge)", async () => {
     const lines: string[] = [];
-    const log = createLog({ format: "auto", isTTY: true, journal: false, write: (l) => lines.push(l), now: () => new Date(0) });
+    const log = createLog({ format: "auto", isTTY: true, journal: false, write: (l) => lines.push(l), now: () => new Date(0), terminal: await loadTerminal() });
     log.info("request", { endpoint: "chat", model: "a b" });
     log.warn("replica down", { replica: "gpu0" });
     log.error("could not save routing state", { file: "/x" });

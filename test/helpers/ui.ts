@@ -4,7 +4,7 @@
  * reporter would (the bytes a pipe or a log file gets). `restore()` puts back the reporters
  * and the level.
  */
-import type { LogObject } from "consola";
+import type { LogObject } from "consola/core";
 import { plainReporter } from "../../src/reporters/plain.ts";
 import { ui } from "../../src/ui.ts";
 
