@@ -1,63 +1,159 @@
 /**
- * What hashing a prompt's identity costs: the real chain (src/route/chain.ts: one xxhash64
- * per 1,024-character link, each seeded with the one before) over a 90k-token agent chat
- * and an 8k one, with Bun's built-in xxHash64, the router's hasher. With hash-wasm installed
- * (`npm i --no-save hash-wasm`; it is no longer a dependency) it adds hash-wasm's xxhash64
- * used in bulk the way the router once did — one WASM instance, one update of
- * "previous digest ‖ link text" per link — for the same links. hash-wasm takes its seed only
- * when an instance is created, so it cannot produce today's seeded identities cheaply; the
- * row measures its hashing speed, not a drop-in replacement.
+ * Why the router hashes with Bun's built-in xxHash64 and not hash-wasm (the package the
+ * design card named): the router's own identity chain (src/route/chain.ts — one xxhash64
+ * per canonical segment head and per 1,024-character link, each seeded with the hash
+ * before it) for a 90k-token agent chat and a short chat, computed three ways:
  *
- *   npx bun perf/hash.ts
+ *   Bun.hash.xxHash64(text, seed)                 what src/route/hash.ts calls;
+ *   hash-wasm xxhash64(text, seedLo, seedHi)      its one-shot call (a Promise, hex out);
+ *   hash-wasm createXXHash64(seedLo, seedHi)      its streaming hasher: the seed is fixed
+ *     .update(text).digest()                      when the hasher is created, so a chain
+ *                                                 of seeds needs one hasher per link;
+ *   hash-wasm, one streaming hasher reused        the best case for its API, the way the
+ *     .init().update(prev).update(text)           router once used it: the previous hash
+ *                                                 folded into the text instead of the seed.
+ *                                                 Other values by construction (not the
+ *                                                 router's identities): a speed row only.
+ *
+ * Each hash-wasm chain is seeded from its own previous output (not from Bun's), and the
+ * three seeded arms must give the same hashes, call by call, or the script stops. Samples are whole
+ * prompts, the arms interleaved in rotating order; per-call figures are a sample's time ÷
+ * its calls. hash-wasm is a devDependency for this script only: nothing is installed at
+ * run time and the router never imports it.
+ *
+ *   npm run perf:hash [-- --samples 51]     (about two minutes on two busy cores)
  */
+import { parseArgs } from "node:util";
+import { createXXHash64, xxhash64 } from "hash-wasm";
 import { quantile } from "../src/bench/stats.ts";
 import { prefixChains } from "../src/route/chain.ts";
-import { createHasher } from "../src/route/hash.ts";
+import { createHasher, hex64 } from "../src/route/hash.ts";
 import { shapeOf } from "../src/route/shape.ts";
-import { agentChat } from "./lib/bodies.ts";
+import { agentChat, smallChat } from "./lib/bodies.ts";
 
-const SAMPLES = 200;
+const { values } = parseArgs({ args: Bun.argv.slice(2), options: { samples: { type: "string", default: "51" } } });
+const SAMPLES = Number(values.samples);
+const WARMUP = 10;
+const CHUNK_CHARS = 1024; // routing.chunk_chars' default
+const MASK32 = 0xffffffffn;
 
-function timeEach(f: () => void): { medianMs: number; p90Ms: number } {
-  const samples: number[] = [];
-  for (let i = -20; i < SAMPLES; i++) {
-    const t0 = performance.now();
-    f();
-    if (i >= 0) samples.push(performance.now() - t0);
-  }
-  return { medianMs: quantile(samples, 0.5), p90Ms: quantile(samples, 0.9) };
+/**
+ * One call of the chain: its text, and how its seed follows from the previous call's hash
+ * (seed = previous XOR delta; the first call's seed is 0). Recorded from the router's own
+ * chain code, so the replays hash exactly what the router hashes.
+ */
+interface Call {
+  text: string;
+  delta: bigint;
 }
 
-type XXHash64 = { init(): { update(s: string): { digest(f: "hex"): string } } };
-async function hashWasm(): Promise<XXHash64 | string> {
-  const specifier: string = "hash-wasm"; // not a dependency: resolved only when installed
-  try {
-    const { createXXHash64 } = (await import(specifier)) as { createXXHash64(): Promise<XXHash64> };
-    return await createXXHash64();
-  } catch (error) {
-    return `hash-wasm is not installed (${(error as Error).message.split("\n")[0]}); \`npm i --no-save hash-wasm\` adds its rows`;
-  }
-}
-
-const bun = createHasher();
-const wasm = await hashWasm();
-console.log(`prefix chain hashing (canonical shape → chain; JSON.parse excluded), n = ${SAMPLES} after 20 warm-up, median / p90 ms`);
-for (const [label, body] of [
-  ["90k-token chat (339 KB)", agentChat(0, 339_000)],
-  ["8k-token chat (30 KB)", agentChat(1, 30_000, 4)],
-] as const) {
+function callsOf(body: unknown): { calls: Call[]; hashes: bigint[] } {
   const shape = shapeOf("chat", JSON.parse(JSON.stringify(body)));
-  const links = prefixChains(shape, bun, 1024)[0]!.length;
-  const b = timeEach(() => prefixChains(shape, bun, 1024));
-  console.log(`  Bun.hash.xxHash64, seeded chain       ${label.padEnd(24)} ${String(links).padStart(4)} links  ${b.medianMs.toFixed(3)} / ${b.p90Ms.toFixed(3)}`);
-  if (typeof wasm === "string") continue;
-  // The same link texts, hashed the earlier way.
-  const texts: string[] = [];
-  prefixChains(shape, { hash: (text, seed) => (texts.push(text), bun.hash(text, seed)) }, 1024);
-  const w = timeEach(() => {
-    let prev = "";
-    for (const t of texts) prev = wasm.init().update(prev + "\u001f" + t).digest("hex");
-  });
-  console.log(`  hash-wasm xxhash64, prev ‖ text       ${label.padEnd(24)} ${String(links).padStart(4)} links  ${w.medianMs.toFixed(3)} / ${w.p90Ms.toFixed(3)}`);
+  const bun = createHasher();
+  const calls: Call[] = [];
+  const hashes: bigint[] = [];
+  prefixChains(shape, {
+    hash(text, seed) {
+      const prev = hashes.at(-1);
+      calls.push({ text, delta: prev === undefined ? 0n : seed ^ prev });
+      const h = bun.hash(text, seed);
+      hashes.push(h);
+      return h;
+    },
+  }, CHUNK_CHARS);
+  if (hashes[0] === undefined || calls[0]!.delta !== 0n) throw new Error("expected the chain's root to be hashed first with seed 0");
+  return { calls, hashes };
 }
-if (typeof wasm === "string") console.log(`  ${wasm}`);
+
+type Chain = (calls: readonly Call[], out: bigint[]) => Promise<void> | void;
+
+const bunChain: Chain = (calls, out) => {
+  let prev = 0n;
+  for (let i = 0; i < calls.length; i++) {
+    const { text, delta } = calls[i]!;
+    prev = Bun.hash.xxHash64(text, i === 0 ? 0n : prev ^ delta) as bigint;
+    out[i] = prev;
+  }
+};
+
+const wasmOneShot: Chain = async (calls, out) => {
+  let prev = 0n;
+  for (let i = 0; i < calls.length; i++) {
+    const { text, delta } = calls[i]!;
+    const seed = i === 0 ? 0n : prev ^ delta;
+    prev = BigInt(`0x${await xxhash64(text, Number(seed & MASK32), Number(seed >> 32n))}`);
+    out[i] = prev;
+  }
+};
+
+const wasmStreaming: Chain = async (calls, out) => {
+  let prev = 0n;
+  for (let i = 0; i < calls.length; i++) {
+    const { text, delta } = calls[i]!;
+    const seed = i === 0 ? 0n : prev ^ delta;
+    const hasher = await createXXHash64(Number(seed & MASK32), Number(seed >> 32n));
+    prev = BigInt(`0x${hasher.update(text).digest("hex")}`);
+    out[i] = prev;
+  }
+};
+
+const reused = await createXXHash64();
+const wasmReused: Chain = (calls, out) => {
+  let prev = "";
+  for (let i = 0; i < calls.length; i++) {
+    prev = reused.init().update(prev).update(calls[i]!.text).digest("hex");
+    out[i] = BigInt(`0x${prev}`);
+  }
+};
+
+const ARMS = [
+  ["Bun.hash.xxHash64 (the router)", bunChain, true],
+  ["hash-wasm xxhash64, one-shot", wasmOneShot, true],
+  ["hash-wasm createXXHash64 per link", wasmStreaming, true],
+  ["hash-wasm one hasher reused *", wasmReused, false],
+] as const;
+
+const fmt = (x: number, digits: number) => x.toFixed(digits);
+const spread = (xs: number[], digits: number) => `${fmt(quantile(xs, 0.5), digits)} (${fmt(quantile(xs, 0.1), digits)}–${fmt(quantile(xs, 0.9), digits)})`;
+
+console.log(`identity hashing: the router's prefix chain (src/route/chain.ts, ${CHUNK_CHARS.toLocaleString("en-US")}-character links, seeds chained), Bun ${Bun.version}, hash-wasm ${(await import("hash-wasm/package.json")).version}`);
+console.log(`n = ${SAMPLES} prompts per arm after ${WARMUP} warm-up, arms interleaved; median (p10–p90); * = previous hash folded into the text, other values, speed only\n`);
+
+for (const [label, body] of [
+  ["90k-token agent chat (339 KB of JSON)", agentChat(0, 339_000)],
+  ["short chat (4 messages, ~1 KB)", smallChat(1)],
+] as const) {
+  const { calls, hashes } = callsOf(body);
+  const chars = calls.reduce((n, c) => n + c.text.length, 0);
+
+  // Same values from every seeded arm, call by call.
+  for (const [name, chain, seeded] of ARMS) {
+    if (!seeded) continue;
+    const out: bigint[] = [];
+    await chain(calls, out);
+    const bad = hashes.findIndex((h, i) => out[i] !== h);
+    if (bad >= 0 || out.length !== hashes.length) throw new Error(`${name} differs from the router's chain at call ${bad}: ${hex64(out[bad] ?? 0n)} vs ${hex64(hashes[bad] ?? 0n)}`);
+  }
+
+  const us: number[][] = ARMS.map(() => []);
+  const out: bigint[] = [];
+  for (let s = -WARMUP; s < SAMPLES; s++) {
+    for (let k = 0; k < ARMS.length; k++) {
+      const a = (s + WARMUP + k) % ARMS.length;
+      const t0 = Bun.nanoseconds();
+      await ARMS[a]![1](calls, out);
+      const elapsed = (Bun.nanoseconds() - t0) / 1000;
+      if (s >= 0) us[a]!.push(elapsed);
+    }
+  }
+
+  console.log(`${label}: ${calls.length} calls per prompt (${chars.toLocaleString("en-US")} characters); the three seeded arms gave the same ${calls.length} hashes`);
+  console.log(`  ${"".padEnd(36)}${"µs per call".padEnd(26)}${"ms per prompt".padEnd(30)}÷ Bun, per sample`);
+  for (let a = 0; a < ARMS.length; a++) {
+    const perCall = us[a]!.map((t) => t / calls.length);
+    const perPrompt = us[a]!.map((t) => t / 1000);
+    const ratio = us[a]!.map((t, i) => t / us[0]![i]!);
+    console.log(`  ${ARMS[a]![0].padEnd(36)}${spread(perCall, 2).padEnd(26)}${spread(perPrompt, 3).padEnd(30)}${a === 0 ? "1" : spread(ratio, 1)}×`);
+  }
+  console.log("");
+}

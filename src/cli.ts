@@ -4,13 +4,18 @@
  * (or throws an LlmrouteError carrying one); this edge checks the command line strictly,
  * prints help and errors, and exits: 0 ok, 1 the command's own "no" (degraded, no cache
  * effect), 2 bad usage or config.
+ *
+ * Help and the version asked for are results (stdout, byte for byte); the CLI's errors and
+ * the help printed for a bare `llmroute` are for a person (stderr, through `ui`, the
+ * consola instance whose reporter and level this edge sets: src/ui.ts).
  */
-import { renderUsage, runCommand, type ArgsDef, type CommandDef } from "citty";
+import { parseArgs, renderUsage, runCommand, type ArgsDef, type CommandDef } from "citty";
 import pkg from "../package.json" with { type: "json" };
 import { checkArgs } from "./_args.ts";
 import { nearest } from "./_nearest.ts";
 import { LlmrouteError } from "./errors.ts";
-import { stderrIsJournal, SYSLOG_PRIORITY } from "./log.ts";
+import { stderrIsJournal } from "./log.ts";
+import { configureUi, DEFAULT_LOG_LEVEL, logLevelArg, parseLogLevel, ui } from "./ui.ts";
 
 const subCommands = {
   serve: () => import("./commands/serve.ts").then((m) => m.default),
@@ -35,35 +40,38 @@ export const main: CommandDef = {
   subCommands,
 };
 
-/** Where the CLI's own output goes (the commands print their results themselves). */
+/** What the CLI reads and writes besides `ui`: its results, and whether help may be coloured. */
 export interface CliIO {
   stdout(text: string): void;
-  stderr(text: string): void;
   /** Colour in help text: only on a terminal, never with NO_COLOR. */
   colour: boolean;
-  /** stderr is the systemd journal: prefix error lines with the syslog priority <3>. */
-  journal: boolean;
+  /** CONSOLA_LEVEL comes from here. */
+  env: Record<string, string | undefined>;
 }
 
 function processIO(): CliIO {
   return {
     stdout: (text) => void process.stdout.write(text),
-    stderr: (text) => void process.stderr.write(text),
     colour: Boolean(process.stdout.isTTY) && !process.env.NO_COLOR,
-    journal: stderrIsJournal(),
+    env: process.env,
   };
+}
+
+/** A command with the flags every command takes (--log-level), for checking, help and parsing alike. */
+async function withCommonArgs(command: CommandDef<any>): Promise<CommandDef<any>> {
+  const args = ((typeof command.args === "function" ? await command.args() : await command.args) ?? {}) as ArgsDef;
+  return { ...command, args: { ...args, ...logLevelArg } };
 }
 
 /** Run the CLI on `rawArgs` and return the process exit code. */
 export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promise<number> {
   const fail = (message: string, hint?: string): number => {
-    const lines = message.split("\n").map((l) => (io.journal ? `${SYSLOG_PRIORITY.error}${l}` : l));
-    io.stderr(`${lines.join("\n")}\n${hint ? `${hint}\n` : ""}`);
+    ui.error(hint ? `${message}\n${hint}` : message);
     return 2;
   };
   const [name, ...rest] = rawArgs;
   if (name === undefined) {
-    io.stderr(`${await help(main, undefined, io)}\n`);
+    ui.log(await help(main, undefined, io));
     return 2;
   }
   if (name === "--help" || name === "-h") {
@@ -80,7 +88,7 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
     return fail(`llmroute: ${what}${near ? `; did you mean ${near}?` : ""}`, `Commands: ${NAMES.join(", ")}. Run "llmroute --help" for what each does.`);
   }
 
-  const command = await subCommands[name as Name]();
+  const command = await withCommonArgs(await subCommands[name as Name]());
   // Help and version are answered wherever they appear before "--", and the command never
   // runs: `llmroute check --version` prints the version, it does not check a config.
   const flags = rest.includes("--") ? rest.slice(0, rest.indexOf("--")) : rest;
@@ -94,7 +102,15 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
   }
   const flagHint = `Run "llmroute ${name} --help" for its flags.`;
   try {
-    checkArgs(name, rest, ((await command.args) ?? {}) as ArgsDef);
+    const args = command.args as ArgsDef;
+    checkArgs(name, rest, args);
+    // The level before anything runs: --log-level, else CONSOLA_LEVEL, else info.
+    const flag = parseArgs(rest, args)["log-level"] as string | undefined;
+    const fromEnv = io.env.CONSOLA_LEVEL;
+    ui.level =
+      flag !== undefined ? parseLogLevel(flag, `${name}: --log-level`)
+      : fromEnv !== undefined && fromEnv !== "" ? parseLogLevel(fromEnv, "CONSOLA_LEVEL", "config")
+      : DEFAULT_LOG_LEVEL;
     // citty drops a subcommand's return value, so run it here: the result is the exit code
     // (probe's verdict, status's health).
     const { result } = await runCommand(command, { rawArgs: rest });
@@ -106,9 +122,17 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
     }
     // citty's own argument errors (an enum value out of range) are usage errors too.
     if (error instanceof Error && error.name === "CLIError") return fail(`${name}: ${stripAnsi(error.message)}`, flagHint);
-    io.stderr(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    ui.error(error);
     return 1;
   }
+}
+
+/**
+ * citty's colours, taken out. consola/utils has a stripAnsi, but importing it loads node:tty
+ * (~20 ms at every start); this pattern covers the SGR codes citty writes.
+ */
+function stripAnsi(text: string): string {
+  return text.replace(/\x1b\[[0-9;]*m/g, "");
 }
 
 /** citty's usage text, without colour when it is not for a terminal and without trailing spaces. */
@@ -120,10 +144,7 @@ export async function help(command: CommandDef<any>, parent: CommandDef<any> | u
     .join("\n");
 }
 
-function stripAnsi(text: string): string {
-  return text.replace(/\x1b\[[0-9;]*m/g, "");
-}
-
 if (import.meta.main) {
+  await configureUi({ output: { journal: stderrIsJournal() } });
   process.exit(await runCli(process.argv.slice(2)));
 }

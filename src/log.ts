@@ -1,17 +1,26 @@
 /**
- * The router's log: one line per event, human on a TTY, JSON lines for journald/Loki.
- * Fields are explicit key/values chosen by the caller; prompts and secrets never reach it.
- * The sink is injectable so tests read lines from an array.
+ * The router's log: one line per event, JSON lines for journald/Loki, consola's fancy
+ * reporter on a terminal, plain text lines otherwise. Fields are explicit key/values chosen
+ * by the caller; prompts and secrets never reach it. The sink is injectable so tests read
+ * lines from an array.
+ *
+ * Every line goes through a consola instance (its level, its reporters: src/reporters/):
+ * perf/log.ts measures what that costs per request line next to formatting and writing it
+ * directly (docs/dependencies.md has the figure).
  *
  * Under systemd, when stderr is the journal, each line starts with its syslog priority
  * (`<4>` for a warning): journald strips the prefix and files the line at that priority,
  * so `journalctl -p warning -u llmroute` shows a replica going down and nothing else.
  */
 import { fstatSync } from "node:fs";
+import { createConsola, LogLevels, type ConsolaReporter } from "consola/core";
 import type { LogFormat } from "./config.ts";
+import { jsonReporter } from "./reporters/json.ts";
+import { liveReporter, type Terminal } from "./reporters/live.ts";
+import { fieldText, SYSLOG_PRIORITY, type Fields, type Level, type LineSink } from "./reporters/_line.ts";
+import { textReporter } from "./reporters/text.ts";
 
-export type Level = "debug" | "info" | "warn" | "error";
-export type Fields = Record<string, string | number | boolean | undefined | null>;
+export type { Fields, Level } from "./reporters/_line.ts";
 
 export interface Log {
   debug(msg: string, fields?: Fields): void;
@@ -22,17 +31,20 @@ export interface Log {
 
 export interface LogOptions {
   format: LogFormat;
-  /** Where lines go; default stderr. */
+  /** Where lines go (without their newline); default stderr, batched. */
   write?: (line: string) => void;
   isTTY?: boolean;
-  debug?: boolean;
+  /** consola's level number (LogLevels): default info; debug lines need 4. */
+  level?: number;
   now?: () => Date;
   /** Prefix lines with syslog priorities; default: detected with `stderrIsJournal()`. */
   journal?: boolean;
+  /**
+   * consola's fancy reporter (`loadTerminal()`), for human lines on a terminal; without it
+   * a terminal gets the plain text lines. `serve` loads it when stderr is a terminal.
+   */
+  terminal?: Terminal;
 }
-
-/** sd-daemon(3) priority prefixes: journald reads them off the start of each line. */
-export const SYSLOG_PRIORITY: Record<Level, string> = { error: "<3>", warn: "<4>", info: "<6>", debug: "<7>" };
 
 /**
  * Is stderr connected to the journal? systemd sets JOURNAL_STREAM to "device:inode" of the
@@ -53,41 +65,42 @@ export function stderrIsJournal(
   }
 }
 
-const COLOURS: Record<Level, string> = { debug: "\x1b[90m", info: "\x1b[36m", warn: "\x1b[33m", error: "\x1b[31m" };
-
 export function createLog(options: LogOptions): Log {
-  const sink: (line: string, urgent: boolean) => void = options.write ?? batchedStderr();
+  const raw: (line: string, urgent: boolean) => void = options.write ?? batchedStderr();
   const tty = options.isTTY ?? Boolean(process.stderr.isTTY);
   const json = options.format === "json" || (options.format === "auto" && !tty);
-  const colour = tty && !process.env.NO_COLOR;
   const now = options.now ?? (() => new Date());
   const journal = options.journal ?? (options.write === undefined && stderrIsJournal());
   const urgent = (level: Level) => level === "warn" || level === "error";
-  const write = journal
-    ? (level: Level, line: string) => sink(`${SYSLOG_PRIORITY[level]}${line}`, urgent(level))
-    : (level: Level, line: string) => sink(line, urgent(level));
+  const sink: LineSink = journal
+    ? (level, line) => raw(`${SYSLOG_PRIORITY[level]}${line}`, urgent(level))
+    : (level, line) => raw(line, urgent(level));
+  const reporter = json ? jsonReporter(sink) : tty && !journal && options.terminal ? terminalReporter(raw, options.terminal) : textReporter(sink);
+  const consola = createConsola({
+    level: options.level ?? LogLevels.info,
+    // consola folds a line repeated within a second into "(repeated N times)": a request
+    // log must keep every line.
+    throttle: 0,
+    reporters: [reporter],
+    formatOptions: { date: false, columns: 0, compact: true },
+  });
+  // `args` rather than `message`: consola takes an object as a log object only when one of
+  // the two is truthy, and an empty message must not become "{ … }".
+  const emit = (type: Level) => (msg: string, fields?: Fields) => consola[type]({ args: [msg], fields, date: now() });
+  return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error") };
+}
 
-  const emit = (level: Level, msg: string, fields: Fields = {}) => {
-    if (level === "debug" && !options.debug) return;
-    if (json) {
-      const record: Record<string, unknown> = { time: now().toISOString(), level, msg };
-      for (const [k, v] of Object.entries(fields)) if (v !== undefined && v !== null) record[k] = v;
-      write(level, JSON.stringify(record));
-      return;
-    }
-    const parts = Object.entries(fields)
-      .filter(([, v]) => v !== undefined && v !== null && v !== "")
-      .map(([k, v]) => `${k}=${typeof v === "string" && /\s/.test(v) ? JSON.stringify(v) : v}`);
-    const time = now().toISOString().slice(11, 23);
-    const tag = colour ? `${COLOURS[level]}${level.padEnd(5)}\x1b[0m` : level.padEnd(5);
-    write(level, `${time} ${tag} ${msg}${parts.length ? ` ${parts.join(" ")}` : ""}`);
-  };
-
+/** A terminal: the time, the message and its fields, through consola's fancy reporter (no badge: one line per event). */
+function terminalReporter(raw: (line: string, urgent: boolean) => void, terminal: Terminal): ConsolaReporter {
+  let urgent = false;
+  const live = liveReporter({ write: (text) => raw(text.replace(/\n$/, ""), urgent), columns: process.stderr.columns }, terminal);
   return {
-    debug: (msg, fields) => emit("debug", msg, fields),
-    info: (msg, fields) => emit("info", msg, fields),
-    warn: (msg, fields) => emit("warn", msg, fields),
-    error: (msg, fields) => emit("error", msg, fields),
+    log(logObj, ctx) {
+      const parts = fieldText(logObj.fields as Fields | undefined);
+      const time = terminal.gray(logObj.date.toISOString().slice(11, 23));
+      urgent = logObj.level <= 1;
+      live.log({ ...logObj, badge: false, args: [`${time} ${logObj.args[0]}${parts ? ` ${parts}` : ""}`] }, ctx);
+    },
   };
 }
 

@@ -11,12 +11,12 @@ import { loadConfigFile } from "../config.ts";
 import type { EngineProfileName, TemplateName } from "../sim/index.ts";
 import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
-import { stderrProgress } from "./progress.ts";
 import { buildMatrix, stackMatrices, type Matrix } from "./matrix.ts";
 import { correctionSummary, engineBlock, renderText, type EngineBlock } from "./report.ts";
 import { runBench, setupLabel, type BenchResult, type Progress } from "./run.ts";
 import { configTarget, simTarget, type Target } from "./targets.ts";
 import { newRunId } from "./workloads.ts";
+import { ui } from "../ui.ts";
 
 export interface BenchIo {
   out: (text: string) => void;
@@ -124,6 +124,15 @@ export function jsonReport(blocks: readonly EngineBlock[], matrix: Matrix): Reco
   };
 }
 
+/**
+ * Progress through `ui` (stderr): on a terminal the running arm's status line is rewritten
+ * in place and each finished arm stays as a line; elsewhere only the lines that stay.
+ */
+export const uiProgress: Progress = {
+  status: (text) => ui.info({ args: [text], transient: true }),
+  line: (text) => ui.info(text),
+};
+
 /** NaN and Infinity are not JSON: write null. */
 function jsonNumbers(_key: string, value: unknown): unknown {
   return typeof value === "number" && !Number.isFinite(value) ? null : value;
@@ -137,9 +146,9 @@ export default defineCommand({
   args: benchArgs,
   async run({ args }) {
     const options = parseBenchArgs(args);
-    const { errors } = await bench(options, { out: (t) => console.log(t), progress: stderrProgress() });
+    const { errors } = await bench(options, { out: (t) => console.log(t), progress: uiProgress });
     if (errors > 0) {
-      console.error(`${errors} request(s) failed; see the errors column`);
+      ui.error(`${errors} request(s) failed; see the errors column`);
       return 1;
     }
     return 0;

@@ -10,10 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { defineCommand } from "citty";
 import { parseBenchArgs } from "./args.ts";
-import { bench } from "./command.ts";
+import { bench, uiProgress } from "./command.ts";
 import { fmt, type Matrix, type MatrixRow } from "./matrix.ts";
-import { stderrProgress } from "./progress.ts";
 import { simTarget } from "./targets.ts";
+import { ui } from "../ui.ts";
 
 /**
  * Model time is about 600 s (agent ≈ 215, burst ≈ 185, mixed ≈ 180); at 0.08 that is ~48 s
@@ -40,8 +40,8 @@ export default defineCommand({
       report,
       ...(args.json ? { json: args.json } : {}),
     });
-    const progress = stderrProgress();
-    progress.line(
+    // A box on a terminal; the two lines as they are elsewhere.
+    ui.box(
       "llmroute demo: 2 simulated RTX 3090-class replicas (122,636 KV tokens, ~4,000 prefill tokens/s each),\n" +
         "the same workloads through roundrobin, affinity and hybrid; times below are the modelled card's.",
     );
@@ -49,8 +49,8 @@ export default defineCommand({
     // stays open across the arms and shows whichever policy is running.
     const admin = `127.0.0.1:${await freePort()}`;
     const target = await simTarget({ replicas: options.sim, timeScale: options.timeScale, adminListen: admin });
-    progress.line(`Watch it live: http://${admin}/dashboard (each policy's router in turn)`);
-    const { errors, matrix } = await bench(options, { out: (t) => console.log(t), progress, quietFiles: true }, target).finally(() => target.stop());
+    ui.info(`Watch it live: http://${admin}/dashboard (each policy's router in turn)`);
+    const { errors, matrix } = await bench(options, { out: (t) => console.log(t), progress: uiProgress, quietFiles: true }, target).finally(() => target.stop());
     const reading = demoReading(matrix);
     console.log(
       [

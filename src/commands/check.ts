@@ -3,6 +3,7 @@ import { DEFAULT_METRICS_PATH, describeConfig, loadConfigFile } from "../config.
 import { renderEngineReport, reportEngine } from "../engines/report.ts";
 import { formatIssue } from "../errors.ts";
 import { authHeaders } from "../fleet/fleet.ts";
+import { ui } from "../ui.ts";
 
 export default defineCommand({
   meta: { name: "check", description: "Validate router.toml and print the resolved config (exit 2 on any error); --probe also asks each replica what it is" },
@@ -20,6 +21,8 @@ export default defineCommand({
     console.log(`\n# ok: ${config.replicas.length} replica(s), policy ${config.routing.policy}`);
     if (!args.probe) return 0;
     console.log("\n# engines");
+    // Up to 10 s per replica: say what is happening (stderr), the report follows on stdout.
+    ui.start(`asking ${config.replicas.length} replica(s) what engine they run (two 1-token requests each)...`);
     const reports = await Promise.all(
       config.replicas.map((r) =>
         reportEngine(

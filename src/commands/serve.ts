@@ -1,7 +1,10 @@
 import { defineCommand } from "citty";
 import { LOG_FORMATS, loadConfigFile, type Config, type Listen } from "../config.ts";
 import { listenError, LlmrouteError } from "../errors.ts";
+import { createLog } from "../log.ts";
 import { startRouter, type RouterServer } from "../proxy/server.ts";
+import { loadTerminal } from "../reporters/live.ts";
+import { ui } from "../ui.ts";
 
 export default defineCommand({
   meta: { name: "serve", description: "Run the router in front of the replicas in router.toml" },
@@ -42,7 +45,11 @@ export default defineCommand({
 /** Start the router; a bind failure becomes one clear error naming the listener and where its address came from. */
 async function listen(config: Config, listenFlag: boolean): Promise<RouterServer> {
   try {
-    return await startRouter(config);
+    // The router's log takes the command's level (--log-level, CONSOLA_LEVEL): debug shows
+    // its debug lines, warn keeps only what needs a look.
+    const format = config.server.log_format;
+    const terminal = format !== "json" && process.stderr.isTTY ? await loadTerminal() : undefined;
+    return await startRouter(config, { log: createLog({ format, level: ui.level, ...(terminal ? { terminal } : {}) }) });
   } catch (error) {
     const { listen, admin_listen: admin } = config.server;
     // Bun says only "Failed to start server. Is port N in use?": match N to a listener.

@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import quadlet from "../../deploy/llmroute.container" with { type: "text" };
 import service from "../../deploy/llmroute.service" with { type: "text" };
+import { ui } from "../ui.ts";
 
 const DEFAULT_BINARY = "/usr/local/bin/llmroute";
 const DEFAULT_CONFIG = "/etc/llmroute/router.toml";
@@ -68,7 +69,7 @@ export default defineCommand({
   run({ args }) {
     const kind = args.quadlet ? "quadlet" : "systemd";
     const paths = { binary: args.binary, config: args.config };
-    for (const warning of unitWarnings(kind, paths)) process.stderr.write(`${warning}\n`);
+    for (const warning of unitWarnings(kind, paths)) ui.warn(warning);
     process.stdout.write(renderUnit(kind, paths));
     return 0;
   },

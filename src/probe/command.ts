@@ -11,6 +11,7 @@ import { DEFAULT_TIMEOUT_S, DEFAULT_TOKENS, DEFAULT_TURNS, parseProbeArgs, type 
 import { ProbeError, type Target } from "./client.ts";
 import { createProgress } from "./progress.ts";
 import { renderEngine, renderVia } from "./render.ts";
+import { ui } from "../ui.ts";
 import { probeEngine, probeVia, type EngineReport, type ProbeIO, type ViaReport } from "./run.ts";
 
 export interface ProbeEnv {
@@ -134,11 +135,7 @@ export default defineCommand({
   async run({ args }) {
     const options = parseProbeArgs(args, process.env);
     const started = performance.now();
-    const progress = createProgress({
-      write: (text) => process.stderr.write(text),
-      isTTY: Boolean(process.stderr.isTTY),
-      now: () => performance.now() - started,
-    });
+    const progress = createProgress({ now: () => performance.now() - started });
     let result: ProbeResult;
     try {
       result = await runProbe(options, {
@@ -149,8 +146,9 @@ export default defineCommand({
       progress.close();
     }
     // The reason for a non-zero exit goes to stderr too, so it is seen when stdout is a file
-    // or a JSON parser.
-    if (result.exitCode !== 0) process.stderr.write(`llmroute probe: ${result.reason}\n`);
+    // or a JSON parser: "no cache effect" is the probe's answer (fail), "could not probe" an error.
+    if (result.exitCode === 1) ui.fail(`llmroute probe: ${result.reason}`);
+    else if (result.exitCode !== 0) ui.error(`llmroute probe: ${result.reason}`);
     return result.exitCode;
   },
 });

@@ -9,6 +9,7 @@ import { TEMPLATES } from "./chat-templates.ts";
 import { PROFILES, type SimOptions } from "./options.ts";
 import { DEFAULT_ENGINE, ENGINE_PROFILES } from "./profiles/index.ts";
 import { routerTomlSnippet, startSim, startSimFleet, type SimServer } from "./server.ts";
+import { ui } from "../ui.ts";
 
 /** Numeric flags: CLI name → option key. */
 const NUMBER_FLAGS = {
@@ -156,7 +157,7 @@ export default defineCommand({
       const hint = `choose another with ${basePort === undefined && replicas === 1 ? "--port" : "--base-port"} (0 picks a free one)`;
       throw (where && listenError((error as Error).cause, `${where[2]} (${where[1]})`, hint)) || error;
     }
-    for (const s of servers) process.stderr.write(`sim ${s.name} listening on ${s.url}\n`);
+    for (const s of servers) ui.ready(`sim ${s.name} listening on ${s.url}`);
     process.stdout.write(`# router.toml\n${routerTomlSnippet(servers)}\n`);
     await untilSignal();
     await Promise.all(servers.map((s) => s.stop()));

@@ -6,6 +6,7 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { stat } from "node:fs/promises";
+import { LogLevels } from "consola/core";
 import { createLog, stderrIsJournal } from "../../src/log.ts";
 import { until } from "../helpers/fleet.ts";
 import { CLI } from "../helpers/proc.ts";
@@ -34,7 +35,7 @@ describe("stderrIsJournal", () => {
 describe("createLog under the journal", () => {
   const lines = (format: "human" | "json", journal: boolean) => {
     const out: string[] = [];
-    const log = createLog({ format, journal, debug: true, write: (l) => out.push(l), isTTY: false, now: () => new Date(0) });
+    const log = createLog({ format, journal, level: LogLevels.debug, write: (l) => out.push(l), isTTY: false, now: () => new Date(0) });
     log.error("e");
     log.warn("replica down", { replica: "gpu0" });
     log.info("i");

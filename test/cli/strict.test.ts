@@ -2,8 +2,8 @@
  * The command line is strict for every subcommand: an unknown flag, a stray word, a flag
  * without its value, or `--no-` on a flag that is not a switch exits 2 with the nearest
  * known flag, and the command never runs. Table-driven over every subcommand, in process
- * (the CLI's own output is injected); the process edge (exit codes, piped help) is checked
- * with real processes at the end.
+ * (stdout injected, stderr read through consola's reporter hook); the process edge (exit
+ * codes, piped help) is checked with real processes at the end.
  */
 import { describe, expect, it } from "bun:test";
 import type { ArgsDef } from "citty";
@@ -11,13 +11,18 @@ import pkg from "../../package.json" with { type: "json" };
 import { checkArgs } from "../../src/_args.ts";
 import { runCli, type CliIO } from "../../src/cli.ts";
 import { CLI, runCli as runProcess } from "../helpers/proc.ts";
+import { captureUi } from "../helpers/ui.ts";
 
-async function cli(args: string[]) {
+async function cli(args: string[], options: { journal?: boolean } = {}) {
   let stdout = "";
-  let stderr = "";
-  const io: CliIO = { stdout: (t) => void (stdout += t), stderr: (t) => void (stderr += t), colour: false, journal: false };
-  const code = await runCli(args, io);
-  return { code, stdout, stderr };
+  const io: CliIO = { stdout: (t) => void (stdout += t), colour: false, env: {} };
+  const seen = captureUi(options);
+  try {
+    const code = await runCli(args, io);
+    return { code, stdout, stderr: seen.text, logs: seen.logs };
+  } finally {
+    seen.restore();
+  }
 }
 
 const COMMANDS = ["serve", "check", "status", "units", "sim", "bench", "demo", "probe"] as const;
@@ -111,10 +116,11 @@ describe("every subcommand rejects what it does not know, with exit 2, before ru
   });
 
   it("under the journal, error lines carry the syslog priority <3>", async () => {
-    let stderr = "";
-    const code = await runCli(["check", "--confg", "x"], { stdout: () => {}, stderr: (t) => void (stderr += t), colour: false, journal: true });
+    const { code, stderr, logs } = await cli(["check", "--confg", "x"], { journal: true });
     expect(code).toBe(2);
-    expect(stderr.split("\n")[0]).toBe("<3>check: unknown flag --confg; did you mean --config?");
+    expect(logs.map((l) => l.type)).toEqual(["error"]);
+    // journald files each line on its own: the hint carries the priority too
+    expect(stderr).toBe('<3>check: unknown flag --confg; did you mean --config?\n<3>Run "llmroute check --help" for its flags.\n');
   });
 });
 

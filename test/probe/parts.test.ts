@@ -7,6 +7,7 @@ import { LlmrouteError } from "../../src/errors.ts";
 import { parseProbeArgs } from "../../src/probe/args.ts";
 import { errorMessage, usageOf } from "../../src/probe/client.ts";
 import { createProgress } from "../../src/probe/progress.ts";
+import { captureUi } from "../helpers/ui.ts";
 import { SseParser } from "../../src/engines/sse.ts";
 
 describe("SseParser", () => {
@@ -93,14 +94,19 @@ describe("parseProbeArgs", () => {
 
 describe("progress", () => {
   it("off a TTY: one line when a step starts and one with its result", () => {
-    const lines: string[] = [];
-    let t = 0;
-    const p = createProgress({ write: (s) => lines.push(s), isTTY: false, now: () => t });
-    const done = p.step("cold request (90,000 tokens)");
-    t = 22_300;
-    done("TTFT 22.3 s");
-    p.note("warning: busy");
-    expect(lines).toEqual(["cold request (90,000 tokens)...\n", "cold request (90,000 tokens): TTFT 22.3 s (22.3 s)\n", "warning: busy\n"]);
+    const seen = captureUi();
+    try {
+      let t = 0;
+      const p = createProgress({ now: () => t });
+      const done = p.step("cold request (90,000 tokens)");
+      t = 22_300;
+      done("TTFT 22.3 s");
+      p.note("warning: busy");
+      expect(seen.text).toBe("cold request (90,000 tokens)...\ncold request (90,000 tokens): TTFT 22.3 s (22.3 s)\nwarning: busy\n");
+      expect(seen.logs.map((l) => l.type)).toEqual(["start", "success", "info"]);
+    } finally {
+      seen.restore();
+    }
   });
 });
 
