@@ -11,7 +11,8 @@ import type { Verdict } from "../route/router.ts";
 import { SseParser } from "../engines/sse.ts";
 
 /** Why a sim's prefix-cache hit stopped where it did (src/sim/engine-api.ts PrefixStop). */
-export type SimStop = "full" | "evicted" | "new";
+/** Why the sim's prefix hit stopped: all of it hit, evicted, never computed here, or held where this request cannot use it (another llama.cpp slot). */
+export type SimStop = "full" | "evicted" | "new" | "elsewhere";
 
 export interface Outcome {
   /** Where it went: the router's x-llmroute-replica header, or the oracle's choice. */
@@ -33,7 +34,7 @@ export interface Outcome {
   /** Whether usage carried a cached figure at all (vLLM without --enable-prompt-tokens-details, Ollama: never). */
   cachedReported: boolean;
   completionTokens: number;
-  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new>`); undefined from real engines. */
+  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>`); undefined from real engines. */
   sim?: { cachedTokens: number; stop: SimStop };
   /** How the router judged the engine's report against its index (its request record); undefined: no router, or no report to judge. */
   verdict?: Verdict;
@@ -136,9 +137,9 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   return outcome;
 }
 
-/** `cached=<tokens>; stop=<full|evicted|new>` (src/sim/app.ts); undefined when absent or malformed. */
+/** `cached=<tokens>; stop=<full|evicted|new|elsewhere>` (src/sim/app.ts); undefined when absent or malformed. */
 export function parseSimPrefix(header: string | null): Outcome["sim"] {
-  const m = header && /^cached=(\d+); stop=(full|evicted|new)$/.exec(header.trim());
+  const m = header && /^cached=(\d+); stop=(full|evicted|new|elsewhere)$/.exec(header.trim());
   return m ? { cachedTokens: Number(m[1]), stop: m[2] as SimStop } : undefined;
 }
 

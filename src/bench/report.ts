@@ -45,7 +45,7 @@ export interface ArmSummary {
   preemptions?: number;
   evictedBlocks?: number;
   /** Sims: first admissions by why their cache hit stopped (full, evicted, new). */
-  simStops?: { full: number; evicted: number; new: number };
+  simStops?: { full: number; evicted: number; new: number; elsewhere: number };
   /** The router's verdicts and index corrections, over the arm and per replica; undefined for the oracle (no index). */
   corrections?: Corrections;
   /** Conversations (agent, mixed, capacity): where the warm turns went and what they got. */
@@ -722,7 +722,12 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
         const sum = (f: (x: ArmResult) => number) => all.reduce((total, x) => total + f(x), 0);
         pooled.sim = { preemptions: sum((x) => x.sim!.preemptions), evictedBlocks: sum((x) => x.sim!.evictedBlocks) };
         if (all.every((x) => x.sim!.stops)) {
-          pooled.sim.stops = { full: sum((x) => x.sim!.stops!.full), evicted: sum((x) => x.sim!.stops!.evicted), new: sum((x) => x.sim!.stops!.new) };
+          pooled.sim.stops = {
+            full: sum((x) => x.sim!.stops!.full),
+            evicted: sum((x) => x.sim!.stops!.evicted),
+            new: sum((x) => x.sim!.stops!.new),
+            elsewhere: sum((x) => x.sim!.stops!.elsewhere),
+          };
         }
       }
       // What the router ended up believing is each run's own (under runs[] in the JSON).

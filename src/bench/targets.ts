@@ -62,7 +62,7 @@ export interface SimTotals {
   preemptions: number;
   evictedBlocks: number;
   /** First admissions by why their cache hit stopped (x-sim-prefix's stop; /sim/state stop_*_total). */
-  stops?: { full: number; evicted: number; new: number };
+  stops?: { full: number; evicted: number; new: number; elsewhere: number };
 }
 
 export interface RouterTomlOptions {
@@ -310,7 +310,13 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
       return {
         preemptions: sum((s) => s.preemptions_total),
         evictedBlocks: sum((s) => s.evicted_blocks_total),
-        stops: { full: sum((s) => s.stop_full_total), evicted: sum((s) => s.stop_evicted_total), new: sum((s) => s.stop_new_total) },
+        stops: {
+          full: sum((s) => s.stop_full_total),
+          evicted: sum((s) => s.stop_evicted_total),
+          new: sum((s) => s.stop_new_total),
+          // (0 from an engine that cannot hold a prefix out of a request's reach)
+          elsewhere: sum((s) => s.stop_elsewhere_total ?? 0),
+        },
       };
     },
     async startArm(name) {
