@@ -10,8 +10,7 @@
 import type { Verdict } from "../route/router.ts";
 import { SseParser } from "../engines/sse.ts";
 
-/** Why a sim's prefix-cache hit stopped where it did (src/sim/engine-api.ts PrefixStop). */
-/** Why the sim's prefix hit stopped: all of it hit, evicted, never computed here, or held where this request cannot use it (another llama.cpp slot). */
+/** Why the sim's prefix hit stopped (src/sim/engine-api.ts PrefixStop): all of it hit, evicted, never computed here, or held where this request cannot use it (another llama.cpp slot). */
 export type SimStop = "full" | "evicted" | "new" | "elsewhere";
 
 export interface Outcome {
