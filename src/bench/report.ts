@@ -564,7 +564,7 @@ export function workloadNote(workload: WorkloadName, result: BenchResult): strin
   const a = result.options.agent;
   return (
     `Each turn adds ${int(a.turnTokens)} tool-result + ${int(a.replyTokens)} reply tokens; round-robin re-prefills one more turn's worth than a pinned replica.\n` +
-    "The seed's 2,676 / 1,096 ms implies ~6k new tokens a turn: --turns 8 --turn-tokens 100 --reply-tokens 6000 reproduces it on the sim (measured 2,592 / 1,112 ms, n=7)."
+    "The 2,676 / 1,096 ms measured on two RTX 3090s imply ~6k new tokens a turn: --turns 8 --turn-tokens 100 --reply-tokens 6000 reproduces it on the sim (measured 2,592 / 1,112 ms, n=7)."
   );
 }
 
