@@ -1,6 +1,6 @@
 /**
- * What sharing routing state through Redis costs, measured in one run (numbers for the
- * README's "Running several routers"):
+ * What sharing routing state through Redis costs, measured in one run (the numbers in
+ * docs/cluster.md):
  *
  * 1. The transports a design could use, against a fresh redis-server: a read per decision
  *    (GET round trip: what every decision would wait for), and how fast an event reaches

@@ -30,7 +30,7 @@ const { values } = parseArgs({
 });
 const SAMPLES = Number(values.samples);
 const LINES = Number(values.lines);
-/** The router's CPU per small request at concurrency 64 in the README's latest perf:overhead run (µs). */
+/** The router's CPU per small request at concurrency 64 in perf/README.md's latest perf:overhead run (µs). */
 const ROUTER_US_PER_REQUEST = 264;
 
 // What record() logs for a streamed chat answered from cache.
@@ -110,5 +110,5 @@ console.log(`  consola ÷ reporter, per sample:   ${spread(perSample((i) => ns.c
 console.log(`  consola's own dispatch, per sample: ${spread(ownNs, 0, " ns")}`);
 console.log(`  consola − before, per sample:       ${spread(addedNs, 0, " ns")}`);
 const pct = (nsPerLine: number) => ((nsPerLine / 1000 / ROUTER_US_PER_REQUEST) * 100).toFixed(2);
-console.log(`  = ${pct(q(ownNs, 0.5))} % (dispatch) and ${pct(q(addedNs, 0.5))} % (change) of the router's ${ROUTER_US_PER_REQUEST} µs of CPU per small request (README Performance)`);
+console.log(`  = ${pct(q(ownNs, 0.5))} % (dispatch) and ${pct(q(addedNs, 0.5))} % (change) of the router's ${ROUTER_US_PER_REQUEST} µs of CPU per small request (perf/README.md)`);
 if (sunk === 0) console.log("(nothing written)");

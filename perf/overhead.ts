@@ -9,7 +9,8 @@
  *
  *   npx bun perf/overhead.ts [--runs 3] [--seconds 3] [--concurrency 1,16,64,256]
  *       [--arms direct,nginx,haproxy,passthrough,llmroute] [--skip streams,memory,decision]
- *       [--no-pin] [--readme]
+ *       [--no-pin] [--readme]   (--readme: the report also replaces the tables between
+ *       perf/README.md's perf:begin/perf:end markers)
  *
  * Prerequisites: wrk (the client), and for their columns nginx and haproxy (Debian:
  * `apt-get install wrk nginx-light haproxy`); a missing proxy is reported and skipped.
@@ -302,9 +303,10 @@ try {
   await Bun.write(file.replace(/\.md$/, ".json"), `${JSON.stringify(results, null, 1)}\n`);
   say(`perf/overhead: wrote ${file} (and .json)`);
   if (values.readme) {
-    const readme = join(ROOT, "README.md");
-    await Bun.write(readme, replaceBetween(readFileSync(readme, "utf8"), "<!-- perf:begin -->", "<!-- perf:end -->", report));
-    say("perf/overhead: README.md's Performance table replaced");
+    // The lab notes keep the latest run between their markers (the project README is for users).
+    const notes = join(ROOT, "perf", "README.md");
+    await Bun.write(notes, replaceBetween(readFileSync(notes, "utf8"), "<!-- perf:begin -->", "<!-- perf:end -->", report));
+    say("perf/overhead: perf/README.md's tables replaced");
   }
 } finally {
   await cleanup();

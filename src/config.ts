@@ -103,10 +103,16 @@ export interface Config {
 
 type Env = Record<string, string | undefined>;
 
-/** The schema: every known key, its default and its check. One table drives validation. */
+/** A value's check: the value as the Config holds it, or why it is refused. */
 type Check<T> = (value: unknown) => { ok: true; value: T } | { ok: false; reason: string };
 
-const DEFAULTS = {
+/**
+ * The schema is these two tables and validateConfig: every known key (KNOWN, by table; a
+ * key that is itself a table, like routing.cache_aware, has its own entry) and the defaults
+ * that are fixed values (DEFAULTS). Exported so docs/configuration.md is checked against them
+ * (test/config.test.ts): a key cannot be added without its row there.
+ */
+export const DEFAULTS = {
   server: {
     listen: "127.0.0.1:8080",
     max_body: "32MiB",
@@ -132,7 +138,7 @@ const DEFAULTS = {
   cluster: { catch_up_timeout: "5s", namespace: "llmroute", snapshot_interval: "30s" },
 };
 
-const KNOWN: Record<string, readonly string[]> = {
+export const KNOWN: Record<string, readonly string[]> = {
   "": ["server", "routing", "health", "cluster", "replica"],
   server: ["listen", "admin_listen", "max_body", "api_keys", "log_format", "drain_timeout"],
   routing: [

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { loadConfigFile, parseConfig, type Config } from "../src/config.ts";
+import { DEFAULTS, KNOWN, loadConfigFile, parseConfig, type Config } from "../src/config.ts";
 import { ConfigError, formatIssue } from "../src/errors.ts";
 import { POLICY_NAMES } from "../src/route/options.ts";
 import { runCli } from "./helpers/proc.ts";
@@ -289,5 +289,56 @@ describe("[cluster]", () => {
     expect(found[0]!.file).toBe("r.toml");
     expect(found[0]).toMatchObject({ key: expected.key, ...(expected.line ? { line: expected.line } : {}) });
     expect(found[0]!.reason).toMatch(expected.reason);
+  });
+});
+
+/**
+ * docs/configuration.md is the one place a user looks a key up: one row per key, in the
+ * section of its table (`[routing]`, `[[replica]]`, …). The key list comes from the schema
+ * itself (KNOWN), so a key added to the validator without its row fails here.
+ */
+describe("docs/configuration.md against the config schema", async () => {
+  const doc = await Bun.file(new URL("../docs/configuration.md", import.meta.url)).text();
+
+  /** `table.key` → the row's cells after the key, from each section headed by a table name. */
+  const rows = new Map<string, string[]>();
+  let table: string | undefined;
+  for (const line of doc.split("\n")) {
+    const heading = /^#{2,3} (.*)$/.exec(line);
+    if (heading) {
+      table = /^`\[{1,2}([a-z_.]+)\]{1,2}`$/.exec(heading[1]!.trim())?.[1];
+      continue;
+    }
+    const row = /^\| `([a-z_]+)` \|(.*)\|\s*$/.exec(line);
+    if (row && table) rows.set(`${table}.${row[1]}`, row[2]!.split(" | ").map((c) => c.trim()));
+  }
+
+  /** Every leaf key of the schema, dotted (a key that is a table of its own is not a leaf). */
+  const schemaKeys = Object.entries(KNOWN)
+    .filter(([t]) => t !== "")
+    .flatMap(([t, keys]) => keys.filter((k) => KNOWN[`${t}.${k}`] === undefined).map((k) => `${t}.${k}`));
+
+  it("has a row for every key of the schema, in its table's section", () => {
+    expect(schemaKeys.length).toBeGreaterThan(30);
+    expect(schemaKeys.filter((k) => !rows.has(k))).toEqual([]);
+  });
+
+  it("has no row for a key the schema does not know (a renamed or removed key)", () => {
+    expect([...rows.keys()].filter((k) => !schemaKeys.includes(k))).toEqual([]);
+  });
+
+  it("states each fixed default as the TOML value the schema uses", () => {
+    const toml = (v: unknown) => (Array.isArray(v) ? "[]" : typeof v === "string" ? JSON.stringify(v) : String(v));
+    const wrong: string[] = [];
+    for (const key of schemaKeys) {
+      const [t, k] = [key.slice(0, key.lastIndexOf(".")), key.slice(key.lastIndexOf(".") + 1)];
+      const defaults = DEFAULTS as unknown as Record<string, Record<string, unknown> | undefined>;
+      const tableDefaults = defaults[t === "routing.cache_aware" ? "cache_aware" : t];
+      const value = tableDefaults?.[k];
+      if (value === undefined) continue;
+      const cell = rows.get(key)?.[0] ?? "";
+      if (cell !== `\`${toml(value)}\``) wrong.push(`${key}: the page says ${cell}, the schema ${toml(value)}`);
+    }
+    expect(wrong).toEqual([]);
   });
 });

@@ -1,4 +1,4 @@
-/** Markdown tables for the results file and the README. */
+/** Markdown tables for the results file and perf/README.md. */
 
 export type Align = "left" | "right";
 

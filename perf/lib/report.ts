@@ -1,5 +1,5 @@
 /**
- * The results of one perf run as the markdown the README's Performance section shows: the
+ * The results of one perf run as the markdown perf/README.md shows between its perf markers: the
  * headline table (issue 12's shape), the ratios, the details, streams, memory, the decision
  * cost, every target with its verdict, and the machine it ran on. Pure: results in, text out.
  */
@@ -277,7 +277,7 @@ export function renderReport(r: OverheadResults): string {
     out.push(markdownTable(["policy", "context tokens", "body KiB", "links", "index entries", "median ms", "p90 ms"], d.rows.map((x) => [x.policy, int(x.tokens), String(x.bodyKiB), String(x.links), int(x.indexEntries), x.medianMs.toFixed(3), x.p90Ms.toFixed(3)])));
   }
 
-  out.push(`\nIssue 12's targets:\n`);
+  out.push(`\nThe router's performance targets:\n`);
   out.push(markdownTable(["target", "limit", "measured", "verdict"], targetsOf(r).map((t) => [t.text, limitText(t), Number.isFinite(t.measured) ? `${formatNumber(t.measured, t.digits)}${t.unit}` : "—", judge(t).text])));
   return `${out.join("\n")}\n`;
 }

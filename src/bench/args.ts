@@ -66,7 +66,7 @@ export interface BenchOptions {
  * Defaults. agent: the seed's 90k-token conversation, a 2k-token tool result and a short
  * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
  * sim's calibration of the seed's burst (≈4,871 prompt and 293 output tokens each, which
- * the README's sim section solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
+ * docs/sim.md's calibration solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
  * card's KV holds but fewer than two cards' (the regime where placement decides the hit
  * rate), Poisson arrivals. capacity: the seed's three 50–80k families, sized so that any
  * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:

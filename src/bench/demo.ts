@@ -23,7 +23,7 @@ import { ui } from "../ui.ts";
 export const DEMO_TIME_SCALE = 0.08;
 
 export default defineCommand({
-  meta: { name: "demo", description: "Two simulated replicas, three policies, the seed's workloads: about a minute" },
+  meta: { name: "demo", description: "Two simulated replicas, three policies, an agent loop, bursts and both at once: about a minute" },
   args: {
     "time-scale": { type: "string", description: `Sim speed (default ${DEMO_TIME_SCALE}; smaller is faster and noisier)` },
     report: { type: "string", description: "Where to write the HTML report (default: a file in the temp directory)" },

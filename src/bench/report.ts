@@ -283,7 +283,7 @@ export interface Headline {
   /** What is compared, e.g. "agent warm-turn TTFT p50: roundrobin / hybrid". */
   label: string;
   value: number;
-  /** The same ratio in the seed, when it has one. */
+  /** The same ratio where it was measured before (two RTX 3090s; a 7-instance SageMaker fleet), when it was. */
   seed?: number;
   seedNote?: string;
   /** The figures divided, with their sample sizes, e.g. "2,142 ms (n=15) / 1,610 ms (n=15)". */
@@ -551,7 +551,7 @@ export function headlineLines(list: readonly Headline[]): string {
     const seed = h.seed === undefined ? (h.seedNote ?? "") : `${isShare ? "" : `${h.seed.toFixed(2)}× `}${h.seedNote ? `(${h.seedNote})` : ""}`;
     return [h.label, value, h.detail, seed];
   });
-  return table(["headline", "measured", "from", "seed"], rows, { right: [1] });
+  return table(["headline", "measured", "from", "reference"], rows, { right: [1] });
 }
 
 /**
@@ -564,7 +564,7 @@ export function workloadNote(workload: WorkloadName, result: BenchResult): strin
   const a = result.options.agent;
   return (
     `Each turn adds ${int(a.turnTokens)} tool-result + ${int(a.replyTokens)} reply tokens; round-robin re-prefills one more turn's worth than a pinned replica.\n` +
-    "The seed's 2,676 / 1,096 ms implies ~6k new tokens a turn: --turns 8 --turn-tokens 100 --reply-tokens 6000 reproduces it on the sim (measured 2,592 / 1,112 ms, n=7)."
+    "The 2,676 / 1,096 ms measured on two RTX 3090s imply ~6k new tokens a turn: --turns 8 --turn-tokens 100 --reply-tokens 6000 reproduces it on the sim (measured 2,592 / 1,112 ms, n=7)."
   );
 }
 

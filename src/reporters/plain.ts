@@ -1,6 +1,6 @@
 /**
  * Plain lines: the message as written and nothing added (no icon, no "[info]" tag, no
- * colour), so a log file or a pipe reads exactly as the README shows it. Under systemd
+ * colour), so a log file or a pipe reads exactly as the docs show it. Under systemd
  * each line starts with its syslog priority, so `journalctl -p warning` filters by level;
  * a message of several lines gets the prefix on every line, since journald files each
  * line on its own. A transient line (a status rewritten in place on a terminal) is

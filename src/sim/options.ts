@@ -3,7 +3,7 @@
  *
  * Every duration the engine produces is "model time" at full scale, multiplied by
  * `timeScale` before it becomes a real delay, so ratios survive scaling. The `3090` profile
- * is calibrated to the seed measurements (see the README's sim section for the arithmetic).
+ * is calibrated to measurements on two RTX 3090s (docs/sim.md, "Calibration", has the arithmetic).
  */
 import { LlmrouteError } from "../errors.ts";
 import { isTemplateName, TEMPLATES, type TemplateName } from "./chat-templates.ts";

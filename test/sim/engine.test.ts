@@ -122,7 +122,7 @@ describe("SimEngine timing", () => {
   });
 
   it("reproduces the seed's burst shape at the 3090 profile: 16 cold requests ~30 s on one card, ~18.6 s on two", async () => {
-    // 16 × (4,871-token prompt, 293 output tokens): the arithmetic in the README's calibration table.
+    // 16 × (4,871-token prompt, 293 output tokens): the arithmetic in docs/sim.md's calibration table.
     const makespan = async (cards: number) => {
       const engines = Array.from({ length: cards }, () => {
         const clock = new ManualClock();

@@ -2,7 +2,7 @@
  * The sim's /metrics passes the Prometheus text-format rules `promtool check metrics`
  * enforces (as vLLM's does): counters named `…_total` in HELP, TYPE and samples, histograms
  * well formed. The checker is tested against the faults it must catch, so a clean result
- * means something. (Real promtool output is quoted in the README.)
+ * means something. (Real promtool output is quoted in docs/sim.md.)
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { checkExposition } from "../helpers/exposition.ts";

@@ -1,6 +1,6 @@
 /**
  * The engine profiles `llmroute sim --engine` chooses from (one file per family; each quirk
- * names its engine source beside it, docs/sim.md tabulates them).
+ * names its engine source beside it, docs/sim-engines.md tabulates them).
  */
 import { llamacppProfile } from "./llamacpp.ts";
 import { ollamaProfile } from "./ollama.ts";

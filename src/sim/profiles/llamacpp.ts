@@ -3,7 +3,7 @@
  *
  * Sources: llama.cpp at the prebuilt server's commit (80fb11a, /work/ref/llama.cpp), and a
  * real run of /work/shared/engines/llama-server (`-c 65536 --parallel 2 --metrics --slots`,
- * docs/sim.md quotes the bytes). tools/server/:
+ * docs/sim-engines.md quotes the bytes). tools/server/:
  * - bodies and chunks: server-task.cpp `server_task_result_cmpl_final::to_json_oaicompat_chat`,
  *   `…_chat_stream`, `to_json_oaicompat`, `…_resp`, and `server_task_result_cmpl_partial::
  *   to_json_oaicompat_chat` / `to_json_oaicompat` (nlohmann ordered_json: keys in the order

@@ -1,7 +1,7 @@
 /**
  * What an engine profile is: everything a client or a router sees of one engine family
  * that the sim imitates (`--engine`). Each profile file names, beside every quirk, the
- * engine source file and function it comes from; docs/sim.md tabulates them.
+ * engine source file and function it comes from; docs/sim-engines.md tabulates them.
  *
  * The profiles are written from the engines' source, apart from the router's own engine
  * knowledge (src/engines/, DESIGN decision 11): a shared table would make the sim agree with
