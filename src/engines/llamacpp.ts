@@ -56,6 +56,10 @@ export const LLAMACPP: EngineProfile = {
   anyModelName: true,
   // The slot's cached tokens are reused up to the longest common prefix, token by token.
   blockTokens: 1,
+  // server-context.cpp update_slots: every slot processing a prompt adds its next chunk to the
+  // one batch of a step (up to n_batch): as many prefills share the card as there are slots;
+  // a request waits for a free slot beyond that.
+  prefillConcurrency: (capacity) => capacity?.slots ?? 1,
   metricsFlag: "--metrics",
   // /props build_info: "b<N>-<commit>".
   version: { path: "/props", read: (b) => (b && typeof b === "object" && typeof (b as { build_info?: unknown }).build_info === "string" ? (b as { build_info: string }).build_info : undefined) },

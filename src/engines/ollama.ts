@@ -29,6 +29,9 @@ export const OLLAMA: EngineProfile = {
   sameModel: (requested, listed) => requested === listed || `${requested}:latest` === listed,
   // The runner reuses a slot's inputs up to the longest common prefix (runner/ollamarunner/cache.go).
   blockTokens: 1,
+  // llm/llama_server.go: Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
+  // (envconfig/config.go): one prefill at a time, the rest queue.
+  prefillConcurrency: () => 1,
   // server/routes.go: GET /api/version → {"version": "…"}.
   version: { path: "/api/version", read: (b) => stringField(b, "version") },
 };

@@ -104,6 +104,11 @@ export interface EngineProfile {
   sameModel?(requested: string, listed: string): boolean;
   /** Tokens per cached block when the engine does not publish it. */
   blockTokens: number;
+  /**
+   * How many requests the engine prefills at once, sharing its compute (the router prices a
+   * replica's queue with it: src/route/policy.ts prefillAhead).
+   */
+  prefillConcurrency(capacity: Capacity | undefined): number;
   /** The flag that turns /metrics on, when it is off by default. */
   metricsFlag?: string;
   /** Endpoints that say the version: path and how to read it. */

@@ -54,6 +54,9 @@ export const SGLANG: EngineProfile = {
   // Not verified to accept any name: routed by the names it lists, as before.
   anyModelName: false,
   blockTokens: 1,
+  // python/sglang/srt/managers/scheduler.py: chunked prefill batches the waiting requests'
+  // chunks into one prefill batch per step (--chunked-prefill-size): they share the card.
+  prefillConcurrency: () => Infinity,
   metricsFlag: "--enable-metrics",
   // http_server.py GET /get_server_info carries "version" (with the server args).
   version: { path: "/get_server_info", read: (b) => stringField(b, "version") },

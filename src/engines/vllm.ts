@@ -73,6 +73,9 @@ export const VLLM: EngineProfile = {
   // vllm/config/cache.py: block_size 16 by default on CUDA; hybrid (Mamba/attention) models
   // use far larger blocks, which cache_config_info then publishes.
   blockTokens: 16,
+  // vllm/v1/core/sched/scheduler.py Scheduler.schedule: chunked prefill (on in V1) schedules every
+  // running request's next chunk within one token budget per step: prefills share the card.
+  prefillConcurrency: () => Infinity,
   // vllm/entrypoints/openai/api_server.py `show_version`: GET /version → {"version": "…"}.
   version: { path: "/version", read: (b) => stringField(b, "version") },
 };

@@ -217,6 +217,8 @@ export class Replica {
       charsPerToken: this.charsPerToken,
       budgetChars: this.kvBelief !== undefined && this.kvBelief > 0 ? this.kvBelief * this.charsPerToken : Infinity,
       blockTokens: this.facts?.capacity?.blockTokens ?? this.profile?.blockTokens ?? 16,
+      // How the engine schedules prefills, once its family is known (else a first-come queue).
+      ...(this.profile ? { queue: this.prefill.pendingTokens(), concurrency: this.profile.prefillConcurrency(this.facts?.capacity) } : {}),
       ...(pendingSince === undefined ? {} : { pendingSince }),
       ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
     };

@@ -81,6 +81,13 @@ export class PrefillQueue {
     this.rate = Math.min(1e7, Math.max(50, this.work / this.seconds));
   }
 
+  /** The prefill tokens of each request still prefilling here, oldest first. */
+  pendingTokens(): number[] {
+    const out: number[] = [];
+    for (const p of this.pending.values()) out.push(p.tokens);
+    return out;
+  }
+
   /**
    * Commit time of the oldest request still prefilling, if any. Read for every replica on
    * every decision, so not a scan: requests begin in the order they were committed and a

@@ -30,6 +30,15 @@ export interface ReplicaView {
   cachedChars: number;
   /** Prompt tokens sent here whose prefill has not finished (no first byte yet), plus the engine's own queue where scraped. */
   queuedTokens: number;
+  /**
+   * The prefill tokens of each request this router has prefilling here, oldest first (part
+   * of queuedTokens; the rest — the engine's own queue, other routers' requests — is not
+   * itemised). With `concurrency`, what a new request's prefill waits for is priced as the
+   * engine schedules it (see `prefillAhead`); without it, as a first-come queue.
+   */
+  queue?: readonly number[];
+  /** How many prefills the engine runs at once, sharing its compute: Infinity for vLLM/SGLang's chunked prefill, the slot count for llama.cpp. */
+  concurrency?: number;
   /** Measured prefill throughput, tokens per second. */
   prefillRate: number;
   /** Characters of canonical prompt per engine token (learned from usage). */
@@ -123,4 +132,25 @@ export function leastLoaded(replicas: readonly ReplicaView[], ctx: PolicyContext
   const min = Math.min(...up.map(load));
   const tied = up.filter((r) => load(r) === min);
   return { replica: tied[ctx.counter % tied.length]!.name, reason: "load", usedCounter: true };
+}
+
+/**
+ * Prefill tokens the replica computes before a new request of `work` tokens has its first
+ * token. Engines that prefill several requests at once share their compute between them
+ * (vLLM's and SGLang's chunked prefill in one token budget per step; llama.cpp's slots):
+ * the new request then waits only for as much of each other prefill as its own size,
+ * Σ min(Wᵢ, work) — a short cached turn is not stuck behind long cold prompts, as it would
+ * be in a first-come queue. Beyond the engine's concurrency, and for the queue that is not
+ * itemised (the engine's own waiting requests, other routers'), it waits for all of it.
+ */
+export function prefillAhead(r: Pick<ReplicaView, "queuedTokens" | "queue" | "concurrency">, work: number): number {
+  if (!r.queue || r.concurrency === undefined) return r.queuedTokens;
+  if (r.queue.length >= r.concurrency) return r.queuedTokens;
+  let listed = 0;
+  let shared = 0;
+  for (const w of r.queue) {
+    listed += w;
+    shared += Math.min(w, work);
+  }
+  return Math.max(0, r.queuedTokens - listed) + shared;
 }

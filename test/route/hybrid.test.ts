@@ -126,3 +126,36 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     expect(choice(send(r, family(2, 60_000), replicas))).toEqual({ replica: "gpu1", reason: "spread" });
   });
 });
+
+describe("hybrid: the queue priced as the engine schedules it", () => {
+  it("prefillAhead: an engine that shares its prefill compute makes a short request wait for as much of each other prefill as its own size", async () => {
+    const { prefillAhead } = await import("../../src/route/policy.ts");
+    const r = { queuedTokens: 7_200 * 3 + 500, queue: [7_200, 7_200, 7_200] };
+    // a 1,500-token request behind three 7,200-token cold prompts (and 500 unlisted tokens)
+    expect(prefillAhead({ ...r, concurrency: Infinity }, 1_500)).toBe(500 + 3 * 1_500);
+    // a first-come queue (no concurrency known): all of it
+    expect(prefillAhead(r, 1_500)).toBe(r.queuedTokens);
+    // every slot busy (llama.cpp with 2 slots): it waits for a slot, behind all of them
+    expect(prefillAhead({ ...r, concurrency: 2 }, 1_500)).toBe(r.queuedTokens);
+  });
+
+  it("a document's question stays with the card that holds it while that card prefills others' cold prompts, on an engine that shares its prefill: no copy", () => {
+    const r = router("hybrid");
+    const shared = { concurrency: Infinity, budgetChars: 8_000 * TOKEN * 4 };
+    const replicas = fleet(2, [shared, shared]);
+    send(r, doc(0, "first question"), replicas, 1); // gpu0 holds document 0
+    // gpu0 is prefilling four other cold documents; gpu1 one
+    const busy = fleet(2, [
+      { ...shared, queuedTokens: 4 * 8_000, queue: [8_000, 8_000, 8_000, 8_000] },
+      { ...shared, queuedTokens: 8_000, queue: [8_000] },
+    ]);
+    const d = r.route(doc(0, "second question"), busy, 2)!;
+    expect(d).toMatchObject({ replica: "gpu0", reason: "cache" });
+    // Without knowing how the engine schedules (a first-come queue), the same state copied it.
+    const fcfs = fleet(2, [
+      { budgetChars: shared.budgetChars, queuedTokens: 4 * 8_000 },
+      { budgetChars: shared.budgetChars, queuedTokens: 8_000 },
+    ]);
+    expect(r.route(doc(0, "second question"), fcfs, 2)!).toMatchObject({ replica: "gpu1", reason: "cost" });
+  });
+});

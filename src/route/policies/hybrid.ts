@@ -11,9 +11,12 @@
  * one-shot is spread over the cards with room for it in their KV when some have none
  * (the card whose recent prefixes plus this prompt overflow its budget least, when none do).
  *
- * Then every live replica is priced: estimated TTFT = (prefill tokens already queued there
- * + this request's tokens not cached there + the recently used prefix KV they would evict
- * from a full card, which is prefilled again later) ÷ that replica's measured prefill rate. The
+ * Then every live replica is priced: estimated TTFT = (the prefill it waits for there + this
+ * request's tokens not cached there + the recently used prefix KV they would evict from a
+ * full card, which is prefilled again later) ÷ that replica's measured prefill rate — where
+ * what it waits for is priced as the engine schedules prefills (an engine that prefills
+ * several requests at once shares its compute, so a short cached turn waits for only as
+ * much of each other prefill as its own size: `prefillAhead`). The
  * rule's pick stands unless another replica is faster by more than `margin` of its estimate,
  * by `min_gain_tokens` of prefill, and — when the pick holds the request's prefix — by more
  * than prefilling that prefix again, since leaving copies it (cost): a hot card is relieved,
@@ -29,7 +32,7 @@
  * when a card is actually full.
  */
 import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
-import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
+import { bestMatch, live, prefillAhead, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
 
 export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
   const o: HybridOptions = { ...DEFAULT_HYBRID, ...options };
@@ -44,7 +47,8 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         // Prefix KV this request would push out of a full card is prefilled again later:
         // priced now, so a prefix is not copied onto a card that has no room for it.
         const evicted = Math.min(newChars, Math.max(0, r.recentChars + newChars - r.budgetChars));
-        return (r.queuedTokens + (newChars + evicted) / r.charsPerToken) / r.prefillRate;
+        const work = (newChars + evicted) / r.charsPerToken;
+        return (prefillAhead(r, work) + work) / r.prefillRate;
       };
 
       const pick = rulePick(up, ctx, o, estimate);
