@@ -1,9 +1,9 @@
 /**
  * What one routing decision costs, without HTTP: parse the body, build the prefix chain,
- * look it up on every replica, choose and record — for short chats up to the seed's 90k-
+ * look it up on every replica, choose and record — for short chats up to the 90k-
  * token agent context, over 8 replicas, with an empty index and one filled to the default
  * bound (routing.index_max_entries). SageMaker quotes 1.3–1.9 ms per request for its
- * routing; issue 12's targets are ≤ 0.5 ms for the 90k chat and ≤ 0.1 ms for the 8k one.
+ * routing; the router's targets are ≤ 0.5 ms for the 90k chat and ≤ 0.1 ms for the 8k one.
  *
  *   npx bun perf/decision.ts [--json]
  */

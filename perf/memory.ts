@@ -1,5 +1,5 @@
 /**
- * What the prefix index costs in memory, and what reading it costs at full size (issue 12):
+ * What the prefix index costs in memory, and what reading it costs at full size:
  *
  * - For each size, a fresh process fills a Router's index through the real API — each turn
  *   of a three-turn chat parsed, chained, routed over 8 replicas by the default policy and

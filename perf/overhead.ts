@@ -1,11 +1,11 @@
 /**
- * Proxy overhead, side by side in one run and with one client (issue 12): the same requests
+ * Proxy overhead, side by side in one run and with one client: the same requests
  * to a zero-think engine sent direct, through nginx, HAProxy, a Bun pass-through (the floor
  * for a Bun router that reads the body) and `llmroute serve` (default policy) — at several
  * concurrencies, for small and ~339 KB bodies; then streamed (the gaps a client sees
  * between chunks); then the index's memory and the routing decision's cost (perf/memory.ts,
  * perf/decision.ts). Prints medians of interleaved runs, the ratios, and every target of
- * issue 12 with its verdict, and writes it all to perf/results/overhead-<date>.md (+ .json).
+ * the router's targets with its verdict, and writes it all to perf/results/overhead-<date>.md (+ .json).
  *
  *   npx bun perf/overhead.ts [--runs 3] [--seconds 3] [--concurrency 1,16,64,256]
  *       [--arms direct,nginx,haproxy,passthrough,llmroute] [--skip streams,memory,decision]

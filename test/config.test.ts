@@ -71,7 +71,7 @@ describe("valid configs", () => {
   });
 });
 
-describe("a replica URL written the way OpenAI clients write a base URL, ending in /v1 (issue 20, item 10)", () => {
+describe("a replica URL written the way OpenAI clients write a base URL, ending in /v1", () => {
   it.each([
     ["/v1", "http://127.0.0.1:8001/v1", "http://127.0.0.1:8001"],
     ["/v1/", "http://127.0.0.1:8001/v1/", "http://127.0.0.1:8001"],
@@ -160,7 +160,7 @@ describe("every error names file:line:column of the value, the key, the value an
   });
 });
 
-describe("bounds: durations and sizes a running router can live with (issue 10)", () => {
+describe("bounds: durations and sizes a running router can live with", () => {
   it.each([
     ["health.interval 0s (a busy loop)", `[health]\ninterval = "0s"\n`, { key: "health.interval", value: "0s", line: 2, column: 12, reason: /at least 100ms/ }],
     ["health.interval 50ms", `[health]\ninterval = "50ms"\n`, { key: "health.interval", reason: /at least 100ms/ }],

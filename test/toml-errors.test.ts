@@ -1,5 +1,5 @@
 /**
- * TOML syntax errors in the words of someone editing router.toml (issue 20, item 13): what
+ * TOML syntax errors in the words of someone editing router.toml: what
  * is wrong and how to write it, at the parser's file:line:column. Each case is a mistake
  * people make; the parser's own message for it is in the comment.
  */

@@ -1,6 +1,6 @@
 /**
  * The results of one perf run as the markdown perf/README.md shows between its perf markers: the
- * headline table (issue 12's shape), the ratios, the details, streams, memory, the decision
+ * headline table (the targets' shape), the ratios, the details, streams, memory, the decision
  * cost, every target with its verdict, and the machine it ran on. Pure: results in, text out.
  */
 import { ratio } from "../../src/bench/stats.ts";
@@ -99,7 +99,7 @@ export function targetsOf(r: OverheadResults): Target[] {
   const notRun = (arm: string) => (r.missing.find((m) => m.id === arm)?.why ?? `${label(arm)} not run`);
   const streamOf = (arm: string) => r.streams?.cells.find((c) => c.arm === arm);
   const at = r.memory?.sizes.find((s) => s.entries >= r.memory!.bound) ?? r.memory?.sizes.at(-1);
-  // The RSS limit is set at 1M entries (issue 12), whatever the default bound is.
+  // The RSS limit is set at 1M entries, whatever the default bound is.
   const at1M = r.memory?.sizes.find((s) => s.entries >= 1_000_000) ?? at;
   const decisionMs = (tokens: number) =>
     r.decision?.rows.find((x) => x.policy === "hybrid" && x.tokens === tokens && x.indexEntries === r.decision!.indexEntries)?.medianMs ?? NaN;
@@ -178,7 +178,7 @@ export function renderReport(r: OverheadResults): string {
     `Medians of ${r.runs} runs × ${r.seconds} s per cell, arms interleaved; client ${r.client}; Bun ${r.machine.bun}.`);
   if (r.missing.length > 0) out.push(`\nNot run: ${r.missing.map((m) => `${label(m.id)} (${m.why})`).join("; ")}.`);
 
-  // Headline: issue 12's table.
+  // Headline: the targets table.
   const head = ["", ...arms.map(label)];
   const rows: string[][] = [];
   for (const body of r.bodies) {

@@ -1,5 +1,5 @@
 /**
- * `llmroute bench` options: the flags, their defaults (the seed's shapes), and one pure
+ * `llmroute bench` options: the flags, their defaults (the shapes of the RTX 3090 measurement), and one pure
  * parser from citty's raw strings to typed, validated options. A bad value is a usage
  * error naming the flag, the value and what is allowed.
  */
@@ -25,7 +25,7 @@ export function kvTokensLabel(k: KvTokensSetting): string {
   return k.kind === "none" ? "none" : k.factor === 1 ? "true" : `${k.factor}x`;
 }
 
-/** hybrid-plain (the seed's rule) beside hybrid, so the bench shows what the cost model adds. */
+/** hybrid-plain (the rule the project started from) beside hybrid, so the bench shows what the cost model adds. */
 export const DEFAULT_POLICIES: PolicyName[] = ["roundrobin", "affinity", "hybrid-plain", "cache-aware", "hybrid"];
 
 export interface BenchOptions {
@@ -63,12 +63,12 @@ export interface BenchOptions {
 }
 
 /**
- * Defaults. agent: the seed's 90k-token conversation, a 2k-token tool result and a short
+ * Defaults. agent: the 90k-token conversation of the RTX 3090 measurement, a 2k-token tool result and a short
  * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
- * sim's calibration of the seed's burst (≈4,871 prompt and 293 output tokens each, which
+ * sim's calibration of that measurement's burst (≈4,871 prompt and 293 output tokens each, which
  * docs/sim.md's calibration solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
  * card's KV holds but fewer than two cards' (the regime where placement decides the hit
- * rate), Poisson arrivals. capacity: the seed's three 50–80k families, sized so that any
+ * rate), Poisson arrivals. capacity: that measurement's three 50–80k families, sized so that any
  * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
  * with three families on two cards some card carries two, whatever the placement.
  */

@@ -1,7 +1,7 @@
 /**
  * `llmroute demo` (`npm run demo`): the first thing a new user runs. Two simulated
  * 3090-class replicas, time-scaled so the whole demo takes about a minute on two cores;
- * the seed's agent loop, cold burst and the two mixed, each with roundrobin, affinity and
+ * the RTX 3090 measurement's agent loop, cold burst and the two mixed, each with roundrobin, affinity and
  * hybrid; then the comparison and the path of the HTML report. Needs nothing but `npm ci`.
  * While it runs, the live dashboard of whichever router is running is at one address.
  */

@@ -1,7 +1,7 @@
 /**
  * From samples to figures, pure: one summary per workload and arm (always with its sample
  * size, its hit-rate decomposition and, for llmd, its rungs), several runs pooled, the
- * headline ratios next to the seed's numbers, and the plain-text tables. The HTML report
+ * headline ratios next to the reference measurements (two RTX 3090s; a SageMaker fleet), and the plain-text tables. The HTML report
  * (html.ts) and the JSON file read the same summaries.
  */
 import { int, pct, table } from "../ops/table.ts";
@@ -284,8 +284,8 @@ export interface Headline {
   label: string;
   value: number;
   /** The same ratio where it was measured before (two RTX 3090s; a 7-instance SageMaker fleet), when it was. */
-  seed?: number;
-  seedNote?: string;
+  reference?: number;
+  referenceNote?: string;
   /** The figures divided, with their sample sizes, e.g. "2,142 ms (n=15) / 1,610 ms (n=15)". */
   detail: string;
 }
@@ -294,7 +294,7 @@ export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
   const out: Headline[] = [];
   const find = (w: WorkloadName) => summaries.find((s) => s.workload === w);
   const arm = (w: WorkloadSummary | undefined, name: string) => w?.arms.find((a) => a.arm === name);
-  const pair = (w: WorkloadName, a: string, b: string, label = "", seed?: number, seedNote?: string, figure = keyFigure) => {
+  const pair = (w: WorkloadName, a: string, b: string, label = "", reference?: number, referenceNote?: string, figure = keyFigure) => {
     const ws = find(w);
     const x = arm(ws, a);
     const y = arm(ws, b);
@@ -305,8 +305,8 @@ export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
     out.push({
       label: `${w} ${fx.what}: ${a} / ${b}${label ? ` (${label})` : ""}`,
       value: ratio(fx.value, fy.value),
-      ...(seed === undefined ? {} : { seed }),
-      ...(seedNote ? { seedNote } : {}),
+      ...(reference === undefined ? {} : { reference }),
+      ...(referenceNote ? { referenceNote } : {}),
       detail: `${fmt(fx.value, fx.unit)} (n=${fx.n}) / ${fmt(fy.value, fy.unit)} (n=${fy.n})`,
     });
   };
@@ -326,21 +326,21 @@ export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
       out.push({
         label: `shared TTFT p50 change: ${a.arm} vs roundrobin`,
         value: a.ttft.median / base.ttft.median - 1,
-        seed: -0.74,
-        seedNote: "SageMaker prefix-aware vs random: −71…77 %",
+        reference: -0.74,
+        referenceNote: "SageMaker prefix-aware vs random: −71…77 %",
         detail: `${fmt(a.ttft.median, "ms")} vs ${fmt(base.ttft.median, "ms")} (n=${a.ttft.n}, ${base.ttft.n})`,
       });
       out.push({
         label: `shared TTFT p90 change: ${a.arm} vs roundrobin`,
         value: a.ttft.p90 / base.ttft.p90 - 1,
-        seed: -0.35,
-        seedNote: "SageMaker: −33…37 %",
+        reference: -0.35,
+        referenceNote: "SageMaker: −33…37 %",
         detail: `${fmt(a.ttft.p90, "ms")} vs ${fmt(base.ttft.p90, "ms")}`,
       });
       out.push({
         label: `shared cache hit rate: ${a.arm} vs roundrobin`,
         value: a.cachedShare - base.cachedShare,
-        seedNote: "SageMaker: ~25 % → ~82 %",
+        referenceNote: "SageMaker: ~25 % → ~82 %",
         detail: `${pct(a.cachedShare)} vs ${pct(base.cachedShare)}`,
       });
     }
@@ -548,14 +548,14 @@ export function headlineLines(list: readonly Headline[]): string {
         : isShare
           ? `${h.value >= 0 ? "+" : ""}${Math.round(h.value * 100)} %`
           : `${h.value.toFixed(2)}×`;
-    const seed = h.seed === undefined ? (h.seedNote ?? "") : `${isShare ? "" : `${h.seed.toFixed(2)}× `}${h.seedNote ? `(${h.seedNote})` : ""}`;
-    return [h.label, value, h.detail, seed];
+    const reference = h.reference === undefined ? (h.referenceNote ?? "") : `${isShare ? "" : `${h.reference.toFixed(2)}× `}${h.referenceNote ? `(${h.referenceNote})` : ""}`;
+    return [h.label, value, h.detail, reference];
   });
   return table(["headline", "measured", "from", "reference"], rows, { right: [1] });
 }
 
 /**
- * What a reader needs to compare a table with the seed. The agent note is arithmetic, not
+ * What a reader needs to compare a table with the reference measurements. The agent note is arithmetic, not
  * tuning: a replica that last saw the conversation two turns ago misses one more turn's
  * new tokens than the pinned one, so round-robin / pinned depends on how much a turn adds.
  */

@@ -244,7 +244,7 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     const samples: Sample[] = [];
     const bursts: BurstWall[] = [];
     for (let b = 0; b < o.burst.count; b++) {
-      // Each burst has its own salt: every one of them is cold, as the seed's was.
+      // Each burst has its own salt: every one of them is cold, as in the RTX 3090 measurement.
       const r = await driveBurst(ctx, o.burst, `${ctx.salt} b${b}`, b);
       samples.push(...r.samples);
       bursts.push(r.wall);

@@ -93,7 +93,7 @@ export function newRunId(random: (n: number) => Uint8Array = (n) => crypto.getRa
 }
 
 /**
- * The unique leading line of every prompt of one arm (the seed's "salt your corpora"): it
+ * The unique leading line of every prompt of one arm (the measurement advice "salt your corpora"): it
  * opens the first message, so the very first KV block and the router's first prefix link
  * differ between runs and arms, and no arm can hit a cache another one warmed.
  */

@@ -1,5 +1,5 @@
 /**
- * The capacity wall (seed: "routing cannot rescue arithmetic"). A running sequence and its
+ * The capacity wall ("routing cannot rescue arithmetic"). A running sequence and its
  * cached prefixes draw on one per-card KV pool; when the prefixes of recently active
  * conversations on a replica exceed its `kv_tokens`, the engine evicts and re-prefills.
  * Say so once per episode, in one short line (the finding) with the numbers, and apart from

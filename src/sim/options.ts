@@ -128,7 +128,7 @@ export interface SimOptions extends EngineOptions, FaultOptions, LlamaCppOptions
 export type ProfileName = "3090" | "tiny";
 
 /**
- * `3090`: one RTX 3090-class card as measured in the seed: 90k tokens cold in 22.3 s
+ * `3090`: one RTX 3090-class card as measured on two RTX 3090s (the figures the project started from): 90k tokens cold in 22.3 s
  * (→ ~4,000 prefill tokens/s), 1.4 s warm, 122,636 KV tokens. `tiny`: a small, fast card for
  * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
  * tests stay quick at `timeScale` 1.

@@ -1,5 +1,5 @@
 /**
- * The demo's closing reading says what this run's numbers say (issue 20, item 18): it
+ * The demo's closing reading says what this run's numbers say: it
  * claimed "hybrid keeps the agent loop warm and the burst spread" whatever they were.
  */
 import { describe, expect, it } from "bun:test";

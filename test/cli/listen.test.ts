@@ -27,7 +27,7 @@ it("serve --listen on a busy port", async () => {
   expect(stderr.trim()).toBe(`cannot listen on ${busy} (--listen): address in use (another process listens there); choose another with --listen or server.listen (port 0 picks a free one)`);
 });
 
-it("serve binds before anything else: on a busy port it reads no state file and checks no replica (issue 20, item 18)", async () => {
+it("serve binds before anything else: on a busy port it reads no state file and checks no replica", async () => {
   const engine = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => Response.json({ status: "ok" }) });
   try {
     const dir = await tempDir("llmroute-listen-");

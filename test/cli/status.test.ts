@@ -131,7 +131,7 @@ describe("formatStatus: KV per model", () => {
   });
 });
 
-describe("formatStatus: capacity findings (issue 20, item 14)", () => {
+describe("formatStatus: capacity findings", () => {
   it("one line per finding, and the advice once below the warnings, however many replicas share it", () => {
     const finding = "working set ~5,000 tokens, 125% of kv_tokens 4,000: the engine evicts and re-prefills; the fleet has room, so placement can help";
     const advice = "The fleet's distinct working set (~9,000 of 12,000 KV tokens) fits, so the cards are unevenly loaded or hold the same prefixes twice. cache-aware, the running policy, …";
@@ -143,7 +143,7 @@ describe("formatStatus: capacity findings (issue 20, item 14)", () => {
   });
 });
 
-describe("formatStatus: the cluster (issue 20, item 16)", () => {
+describe("formatStatus: the cluster", () => {
   function cluster(over: Partial<ClusterStatus>): ClusterStatus {
     return {
       name: "r0",
@@ -197,7 +197,7 @@ describe("where status looks", () => {
     expect(stdout).toMatch(/^gpu0\s+up\s/m);
   });
 
-  it("a router with server.api_keys: the error names --api-key and LLMROUTE_API_KEY, a refused key is never echoed (issue 20, item 15)", async () => {
+  it("a router with server.api_keys: the error names --api-key and LLMROUTE_API_KEY, a refused key is never echoed", async () => {
     const gpu0 = await startSimInProcess("gpu0");
     const router = await startRouterInProcess([gpu0], { toml: `[server]\napi_keys = ["env:STATUS_KEY"]\n`, env: { STATUS_KEY: "right-key-7f3a" } });
     const env = { LLMROUTE_API_KEY: "" };

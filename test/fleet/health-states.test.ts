@@ -131,7 +131,7 @@ describe("a reload", () => {
   });
 });
 
-describe("an active check that passes again (issue 20, item 11)", () => {
+describe("an active check that passes again", () => {
   const refusedError = () => Object.assign(new Error("Unable to connect. Is the computer able to access the url?"), { code: "ConnectionRefused" });
   /** A fleet whose health checks get `answers` in turn (a Response, or an error thrown by fetch). */
   function checked(answers: (Response | Error)[]) {

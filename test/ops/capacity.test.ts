@@ -111,7 +111,7 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
   });
 });
 
-describe("the finding is one short line; the advice fits the running policy (issue 20, item 14)", () => {
+describe("the finding is one short line; the advice fits the running policy", () => {
   // The same shared documents on both cards: 1,200 tokens each, 1,300 distinct in all (the fleet fits).
   const fits = { perReplica: new Map([["gpu0", 4800], ["gpu1", 4800]]), fleet: 5200 };
   // Distinct conversations: 2,400 tokens against 2,000 of KV in all (the fleet is full).

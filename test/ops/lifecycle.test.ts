@@ -107,7 +107,7 @@ describe("visibility", () => {
     }, "a capacity warning in /status");
     expect(s.warnings[0]).toContain("gpu0: working set ~");
     expect(s.warnings[0]).toContain("routing cannot fix this");
-    // one short line; what helps is a detail beside it (issue 20, item 14)
+    // one short line; what helps is a detail beside it
     expect(s.warnings[0]!.length).toBeLessThanOrEqual(170);
     expect(s.replicas[0]!.capacity_advice).toContain("no placement fits it. Add a card, compact context client-side, or run fewer large contexts at once.");
     expect(s.fleet.kv_tokens).toBe(1000);

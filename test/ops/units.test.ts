@@ -53,7 +53,7 @@ describe("llmroute units", () => {
     expect(unitWarnings("quadlet", { config: "/home/u/router.toml" })).toEqual([]);
   });
 
-  it("warns when PrivateTmp=yes would hide the paths given: the service sees its own empty /tmp and /var/tmp (issue 20, item 12)", async () => {
+  it("warns when PrivateTmp=yes would hide the paths given: the service sees its own empty /tmp and /var/tmp", async () => {
     const { code, stderr } = await runCli(["units", "--config", "/tmp/llmroute/router.toml", "--binary", "/var/tmp/llmroute"]);
     expect(code).toBe(0);
     expect(stderr).toContain("/tmp/llmroute/router.toml is under /tmp, which PrivateTmp=yes replaces with an empty directory for the service; install the config elsewhere (e.g. /etc/llmroute/router.toml)");

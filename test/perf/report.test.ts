@@ -102,7 +102,7 @@ describe("renderReport", () => {
     expect(text).toContain("Not run: nginx (nginx not installed: `apt-get install nginx-light`).");
   });
 
-  it("shows issue 12's table: p50 at concurrency 1, req/s above, router CPU per request, arms as columns", () => {
+  it("shows the targets table: p50 at concurrency 1, req/s above, router CPU per request, arms as columns", () => {
     expect(text).toContain("|  | direct | HAProxy | Bun pass-through | llmroute |");
     expect(text).toContain("| small (1.0 KB), concurrency 1: p50 ms | 0.07 | 0.20 | 0.30 | 0.60 |");
     expect(text).toContain("| small (1.0 KB), concurrency 64: req/s | 14,000 | 10,000 | 8,000 | 4,000 |");

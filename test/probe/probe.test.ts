@@ -270,7 +270,7 @@ describe("--replica / --all from router.toml", () => {
   });
 });
 
-describe("--all: each replica named once (issue 20, item 18)", () => {
+describe("--all: each replica named once", () => {
   it("a replica that cannot be probed: its name, then what failed, once", async () => {
     const closed = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
     const url = `http://127.0.0.1:${closed.port}`;

@@ -1,6 +1,6 @@
 /**
  * A replica URL written as OpenAI clients and vLLM's docs write a base URL, ending in /v1
- * (issue 20, item 10): the router appends /v1/… itself, so config takes the /v1 off and the
+ *: the router appends /v1/… itself, so config takes the /v1 off and the
  * health check, requests and probe all reach the engine. Real sim and router processes.
  */
 import { afterAll, beforeAll, describe, expect, it } from "bun:test";

@@ -1,6 +1,5 @@
 /**
- * GET /v1/models through the router with `models = [...]` set in router.toml (issue 20,
- * item 17): the configured list decides which models a replica serves, and each model the
+ * GET /v1/models through the router with `models = [...]` set in router.toml: the configured list decides which models a replica serves, and each model the
  * engine lists keeps the engine's card (vLLM's max_model_len, root, owned_by …), also after
  * a reload; a configured model the engine does not list gets a plain card. Real processes.
  */

@@ -1,7 +1,6 @@
 /**
  * How a finished request is counted (llmroute_requests_total's outcome, the request log
- * line, a replica's served count) when the engine itself answers with an error (issue 20,
- * item 18): a 4xx from the replica is not "ok". Real sim and router processes.
+ * line, a replica's served count) when the engine itself answers with an error: a 4xx from the replica is not "ok". Real sim and router processes.
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { parsePrometheus } from "../../src/engines/metrics.ts";

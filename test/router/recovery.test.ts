@@ -1,5 +1,5 @@
 /**
- * A replica restarted in quiet hours (issue 20, item 11): its active check demoted it
+ * A replica restarted in quiet hours: its active check demoted it
  * (connection refused) and its next passing check brings it back up, with no request
  * needed; `llmroute status` then exits 0. A replica demoted by failed requests is half-open
  * until a trial, and status says how long ago it was demoted. Real sim and router processes.

@@ -334,7 +334,7 @@ describe("failure semantics", () => {
     expect((await runCli(["status", "--url", a!.url])).code).toBe(1);
     expect(logRecords(a!, "cluster: Redis unreachable; routing on this instance's own view")).toHaveLength(1);
     // b is alive: with Redis away, a hears from no one, and says so rather than call b dead
-    // (issue 20, item 16).
+    //.
     await a!.waitFor(/"msg":"cluster: (instance stopped reporting|no word from an instance while Redis is away)/, 15_000);
     expect(logRecords(a!, "cluster: instance stopped reporting; its in-flight counts are dropped")).toEqual([]);
     expect(logRecords(a!, "cluster: no word from an instance while Redis is away; its in-flight counts are dropped until it reports again")).toEqual([

@@ -2,7 +2,7 @@
  * hybrid (default) — route by request shape; decide the cases in between by estimated time
  * to first token.
  *
- * The rule at heart is the seed's: a continuation goes to the replica holding its
+ * The rule at heart is the one the project started from (measured on two RTX 3090s): a continuation goes to the replica holding its
  * conversation (pin); a cold one-shot is spread by the counter (spread), so a burst uses
  * every card. In between: a one-shot whose long prefix — a shared document, a long system
  * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
@@ -28,7 +28,7 @@
  * of a conversation or of a card's KV room; SGLang's gateway follows a match above a ratio,
  * else the smallest tree, with a load-count imbalance guard that ignores what the load
  * costs; llm-d spreads cold requests by a no-hit LRU. Here the guard is in seconds of
- * prefill, the cold spread is the seed's counter, and KV room decides cold placements only
+ * prefill, the cold spread is that rule's counter, and KV room decides cold placements only
  * when a card is actually full.
  */
 import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
