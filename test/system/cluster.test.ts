@@ -25,9 +25,14 @@ const TIMEOUT = 60_000;
 let sims: SimProc[] = [];
 const redises: RedisServer[] = [];
 
-/** A fresh pair of sims and a Redis for each test (afterEach kills every process). */
+/**
+ * A fresh pair of sims and a Redis for each test (afterEach kills every process). The sims
+ * publish a KV that holds what the tests' traffic sends (the tiny profile's 4,096 tokens
+ * would not): these tests are about what the instances share, and a router that knows the
+ * card is full forgets the oldest conversations, as the engine does.
+ */
 async function redis(): Promise<RedisServer> {
-  sims = await Promise.all([startSimProc("gpu0"), startSimProc("gpu1")]);
+  sims = await Promise.all(["gpu0", "gpu1"].map((name) => startSimProc(name, ["--kv-tokens", "262144"])));
   const binary = requireCommand(REDIS_BINARY, REDIS_BINARY === "redis-server" ? "apt-get install -y redis-server" : `install ${REDIS_BINARY}`);
   const server = await startRedisServer({ binary });
   redises.push(server);
@@ -58,6 +63,13 @@ async function turn(r: RouterProc, messages: OpenAI.ChatCompletionMessageParam[]
   const { data, response } = await client(r).chat.completions.create({ model: "sim-model", messages, max_tokens: 4 }).withResponse();
   messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" }, { role: "user", content: next });
   return { ...where(response), cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+}
+
+/** Redis stream ids ("ms-seq") compared as numbers. */
+function streamIdAtLeast(id: string, than: string): boolean {
+  const [ms, seq] = id.split("-").map(BigInt);
+  const [thanMs, thanSeq] = than.split("-").map(BigInt);
+  return ms! > thanMs! || (ms === thanMs && seq! >= thanSeq!);
 }
 
 function conversation(label: string): OpenAI.ChatCompletionMessageParam[] {
@@ -356,10 +368,13 @@ describe("failure semantics", () => {
       "both instances to reconnect and share their backlog",
     );
     const converged = performance.now() - restarted;
-    // What `a` learned during the outage reached `b`.
+    // What `a` learned during the outage reached `b`: a's backlog is empty once Redis echoed
+    // each batch back to it, so the stream id `a` has applied up to is at or past its
+    // backlog's; `b` has it once it has applied up to that id.
+    const backlogShared = (await status(a!)).cluster!.applied_id;
     await until(async () => {
       const s = await status(b!);
-      return s.cluster!.events.applied > 0 && s.cluster!.instances.length === 2;
+      return s.cluster!.instances.length === 2 && streamIdAtLeast(s.cluster!.applied_id, backlogShared);
     }, "b to apply a's backlog");
     expect(await turn(b!, away, "fourth step")).toMatchObject({ replica: first.replica, route: "pin" });
     await load.stop();
