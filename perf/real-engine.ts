@@ -47,16 +47,25 @@ async function startReplica(): Promise<Replica> {
     [where.server.path, "-m", where.model.path, "--host", "127.0.0.1", "--port", "0", "-t", "1", "-c", "65536", "--parallel", "2", "--metrics", "--slots", "--no-ui", "-a", "tiny"],
     { stdout: "ignore", stderr: "pipe" },
   );
-  // llama-server logs the address it bound (tools/server/server.cpp: "listening on").
+  // llama-server logs the address it bound (tools/server/server.cpp: "listening on"). Its log
+  // is read to the end: a pipe left unread fills and stalls the server.
   const decoder = new TextDecoder();
   let text = "";
-  let url: string | undefined;
-  for await (const chunk of proc.stderr as ReadableStream<Uint8Array>) {
-    text += decoder.decode(chunk, { stream: true });
-    url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(text)?.[1];
-    if (url) break;
-  }
+  const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader();
+  const bound = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return undefined;
+      if (text.length < 65_536) text += decoder.decode(value, { stream: true });
+      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(text)?.[1];
+      if (url) return url;
+    }
+  })();
+  const url = await bound;
   if (!url) throw new Error(`llama-server did not start:\n${text}`);
+  void (async () => {
+    while (!(await reader.read()).done);
+  })();
   for (;;) {
     const res = await fetch(`${url}/health`).catch(() => undefined);
     if (res?.status === 200) break;

@@ -98,6 +98,10 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   }
   const parser = new SseParser();
   const decoder = new TextDecoder();
+  // A model whose first generated token ends the reply (EOS; a random-weight test model
+  // does this) streams a finish chunk and no content: the prompt was computed, and that
+  // chunk is its first token.
+  let finishedMs = NaN;
   const onData = (data: string) => {
     if (data === "[DONE]") return;
     let chunk: StreamChunk;
@@ -113,6 +117,7 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
     const field = typeof delta?.reasoning_content === "string" ? "reasoning_content" : typeof delta?.reasoning === "string" ? "reasoning" : undefined;
     const reasoning = field ? delta![field]! : "";
     if ((content || reasoning) && Number.isNaN(outcome.ttftMs)) outcome.ttftMs = now() - started;
+    if (chunk.choices?.[0]?.finish_reason && Number.isNaN(finishedMs)) finishedMs = now() - started;
     if (content) outcome.text += content;
     if (reasoning) outcome.reasoning = { text: (outcome.reasoning?.text ?? "") + reasoning, field: field! };
     if (chunk.usage) {
@@ -132,6 +137,7 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
     outcome.error = `stream failed: ${(error as Error).message}`;
   }
   outcome.totalMs = now() - started;
+  if (Number.isNaN(outcome.ttftMs)) outcome.ttftMs = finishedMs;
   if (!outcome.error && Number.isNaN(outcome.ttftMs)) outcome.error = "the stream carried no content";
   return outcome;
 }
@@ -143,7 +149,7 @@ export function parseSimPrefix(header: string | null): Outcome["sim"] {
 }
 
 interface StreamChunk {
-  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null } }[];
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null }; finish_reason?: string | null }[];
   usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
   error?: string | { message?: string };
 }

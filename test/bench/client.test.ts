@@ -87,6 +87,16 @@ describe("sendChat", () => {
     expect((await sendChat("http://x", {}, { fetch, now })).error).toBe("the stream carried no content");
   });
 
+  it("a reply whose first token ends it (a finish chunk, no content) is an answer: TTFT at the finish chunk", async () => {
+    const finish = 'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n';
+    const { fetch, now } = fakeFetch([role, finish, usage]);
+    const out = await sendChat("http://x", {}, { fetch, now });
+    expect(out.error).toBeUndefined();
+    expect(out.text).toBe("");
+    expect(out.ttftMs).toBe(30);
+    expect(out.cachedTokens).toBe(640);
+  });
+
   it("reports an error event in the stream (the router's mid-stream failure)", async () => {
     const { fetch, now } = fakeFetch([delta("a "), 'data: {"error":{"message":"replica gpu0 failed mid-stream"}}\n\n']);
     expect((await sendChat("http://x", {}, { fetch, now })).error).toBe("replica gpu0 failed mid-stream");
