@@ -16,6 +16,9 @@
  * thousand tokens) so the file fits CI on two cores; timeouts are sized for a loaded box.
  */
 import { afterAll, describe, expect, it } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import OpenAI from "openai";
 import { parseConfig } from "../../src/config.ts";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
@@ -30,7 +33,9 @@ const TIMEOUT = 600_000;
 
 const routers: RouterServer[] = [];
 const recorders: Recorder[] = [];
+const dirs: string[] = [];
 afterAll(async () => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
   await Promise.all(routers.map((r) => r.stop()));
   await Promise.all(recorders.map((r) => r.stop()));
   await killAll();
@@ -354,6 +359,38 @@ describe("llmroute probe against llama.cpp", () => {
       const big = await runCli(["probe", "--url", cached.url, "--tokens", "40000"]);
       expect(big.code).toBe(2);
       expect(big.stdout + big.stderr).toContain("a slot's context, meta.n_ctx 32768");
+    },
+    TIMEOUT,
+  );
+});
+
+describe("llmroute bench --config against llama.cpp", () => {
+  it(
+    "--small with the replicas of a router.toml: runs end to end, names the engine and its version, says real time, and hybrid pins every warm turn the engine then serves from cache",
+    async () => {
+      const replicas = await startLlamaReplicas(2, { prefix: "bench" });
+      const dir = mkdtempSync(join(tmpdir(), "llmroute-bench-real-"));
+      dirs.push(dir);
+      const config = join(dir, "real.toml");
+      writeFileSync(config, replicas.map((x, i) => `[[replica]]\nname = "llama${i}"\nurl = "${x.url}"\n`).join(""));
+      const json = join(dir, "real.json");
+      const run = await runCli(["bench", "--config", config, "--small", "--workload", "agent", "--policies", "roundrobin,hybrid", "--turns", "4", "--context-tokens", "3000", "--json", json]);
+      expect({ code: run.code, stderr: run.stderr }).toMatchObject({ code: 0 });
+      expect(run.stdout).toMatch(/2 replicas from .*real\.toml \(llama\.cpp b\d+-[0-9a-f]{7}\), model tiny: real time/);
+      // No time scale applies to real replicas: nothing is called "model time".
+      expect(run.stdout + run.stderr).not.toMatch(/ s model\b|model time/);
+      const report = JSON.parse(readFileSync(json, "utf8"));
+      const arms = report.engines[0].runs[0].workloads[0].arms as { arm: string; samples: { group: number; index: number; replica: string; route: string; status: number; cachedTokens: number; promptTokens: number }[] }[];
+      const hybrid = arms.find((a) => a.arm === "hybrid")!;
+      expect(hybrid.samples.length).toBe(4);
+      for (const s of hybrid.samples) expect(s.status).toBe(200);
+      for (const [i, s] of hybrid.samples.entries()) {
+        if (i === 0) continue;
+        const previous = hybrid.samples[i - 1]!;
+        expect({ turn: s.index, replica: s.replica, route: s.route }).toEqual({ turn: s.index, replica: previous.replica, route: "pin" });
+        // usage's cached_tokens, as llama.cpp counted them: the previous turn's prompt, bar the last few tokens.
+        expect(s.cachedTokens).toBeGreaterThanOrEqual(0.9 * previous.promptTokens);
+      }
     },
     TIMEOUT,
   );
