@@ -125,11 +125,13 @@ describe("sections that scripts and the lead keep current", () => {
     expect(samples).toMatch(/runs? [0-9a-f]{12}/);
   });
 
-  it("the README's real-engine block writes out the command that measures it", () => {
+  it("the README's real-engine block is a measurement: the command that made it, its date, n beside the figures", () => {
     const block = between("README.md", "<!-- realengine:start -->", "<!-- realengine:end -->");
-    expect(block).toContain("llmroute probe --all");
-    expect(block).toContain("llmroute bench --config");
-    expect(section(readPage("README.md"), "checked-against-a-real-engine")).toContain("npm run engine:llamacpp");
+    expect(block).toMatch(/Measured by `npm run perf:real-engine` on \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
+    expect(block).toContain("n warm turns");
+    const around = section(readPage("README.md"), "checked-against-a-real-engine") ?? "";
+    expect(around).toContain("npm run engine:llamacpp");
+    expect(around).toContain("llmroute bench --config");
   });
 });
 
