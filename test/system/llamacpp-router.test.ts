@@ -51,6 +51,22 @@ async function router(replicas: { name: string; url: string }[], toml = ""): Pro
 }
 
 const clientOf = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0, timeout: TIMEOUT });
+
+/**
+ * A chat request, asked again when llama.cpp's own output parser fails on the random model's
+ * text ("does not match the expected … format", a 500 after the prompt was computed, so the
+ * prompt is in the slot either way). `retried` says so: a retry finds its own prompt cached.
+ */
+async function chatTolerant(client: OpenAI, body: OpenAI.ChatCompletionCreateParamsNonStreaming): Promise<{ data: OpenAI.ChatCompletion; retried: boolean }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return { data: await client.chat.completions.create(body), retried: attempt > 1 };
+    } catch (error) {
+      if (attempt < 3 && error instanceof OpenAI.InternalServerError && /does not match the expected/.test(error.message)) continue;
+      throw error;
+    }
+  }
+}
 const status = async (url: string) => (await (await fetch(`${url}/status`)).json()) as StatusDocument;
 async function engineMetric(url: string, name: string): Promise<number> {
   const samples = parsePrometheus(await (await fetch(`${url}/metrics`)).text()).get(name);
@@ -159,7 +175,7 @@ describe("shared documents through the router", () => {
       const docTokens = new Map<number, number>();
       const seen = new Set<number>();
       for (const [i, d] of order.entries()) {
-        const data = await client.chat.completions.create({
+        const { data, retried } = await chatTolerant(client, {
           model: "tiny",
           messages: [
             { role: "system", content: docs[d]! },
@@ -167,6 +183,13 @@ describe("shared documents through the router", () => {
           ],
           max_tokens: 2,
         });
+        if (retried) {
+          // Its first attempt computed the document; the retry is a revisit of itself: left
+          // out of the hit rate and its ceiling alike.
+          if (!seen.has(d)) docTokens.set(d, data.usage!.prompt_tokens - 30);
+          seen.add(d);
+          continue;
+        }
         prompt += data.usage!.prompt_tokens;
         cached += data.usage!.prompt_tokens_details?.cached_tokens ?? 0;
         // The ceiling: a document's first request computes it; every later one could reuse it.
@@ -264,15 +287,17 @@ describe("capacity as llama.cpp has it", () => {
       const r = await router([{ name: "gpu0", url: engine.url }], `[routing]\ncapacity_window = "10m"\n`);
       const client = clientOf(r.url);
       const salt = crypto.randomUUID();
-      const ask = (d: number, q: string) =>
-        client.chat.completions.create({
-          model: "tiny",
-          messages: [
-            { role: "system", content: lines(`document ${d} ${salt}`, 120) },
-            { role: "user", content: q },
-          ],
-          max_tokens: 2,
-        });
+      const ask = async (d: number, q: string) =>
+        (
+          await chatTolerant(client, {
+            model: "tiny",
+            messages: [
+              { role: "system", content: lines(`document ${d} ${salt}`, 120) },
+              { role: "user", content: q },
+            ],
+            max_tokens: 2,
+          })
+        ).data;
       for (let d = 0; d < 6; d++) await ask(d, "first");
       const revisits = [];
       for (let d = 0; d < 6; d++) revisits.push(await ask(d, "again"));
@@ -374,22 +399,26 @@ describe("llmroute bench --config against llama.cpp", () => {
       const config = join(dir, "real.toml");
       writeFileSync(config, replicas.map((x, i) => `[[replica]]\nname = "llama${i}"\nurl = "${x.url}"\n`).join(""));
       const json = join(dir, "real.json");
-      const run = await runCli(["bench", "--config", config, "--small", "--workload", "agent", "--policies", "roundrobin,hybrid", "--turns", "4", "--context-tokens", "3000", "--json", json]);
+      const run = await runCli(["bench", "--config", config, "--small", "--workload", "agent", "--policies", "roundrobin,hybrid", "--turns", "4", "--context-tokens", "4500", "--json", json]);
       expect({ code: run.code, stderr: run.stderr }).toMatchObject({ code: 0 });
       expect(run.stdout).toMatch(/2 replicas from .*real\.toml \(llama\.cpp b\d+-[0-9a-f]{7}\), model tiny: real time/);
       // No time scale applies to real replicas: nothing is called "model time".
       expect(run.stdout + run.stderr).not.toMatch(/ s model\b|model time/);
       const report = JSON.parse(readFileSync(json, "utf8"));
-      const arms = report.engines[0].runs[0].workloads[0].arms as { arm: string; samples: { group: number; index: number; replica: string; route: string; status: number; cachedTokens: number; promptTokens: number }[] }[];
+      type Sample = { group: number; index: number; replica: string; route: string; status: number; cachedTokens: number; promptTokens: number; error?: string };
+      const arms = report.engines[0].runs[0].workloads[0].arms as { arm: string; samples: Sample[] }[];
       const hybrid = arms.find((a) => a.arm === "hybrid")!;
       expect(hybrid.samples.length).toBe(4);
-      for (const s of hybrid.samples) expect(s.status).toBe(200);
+      // Random weights can trip llama.cpp's own output parser after the prompt was computed
+      // (a stream error now and then): such a turn still shows where it went, not its usage.
+      const parsed = (s: Sample) => !s.error || !/does not match the expected/.test(s.error);
+      for (const s of hybrid.samples) expect({ status: s.status, error: parsed(s) ? s.error : undefined }).toEqual({ status: 200, error: undefined });
       for (const [i, s] of hybrid.samples.entries()) {
         if (i === 0) continue;
         const previous = hybrid.samples[i - 1]!;
         expect({ turn: s.index, replica: s.replica, route: s.route }).toEqual({ turn: s.index, replica: previous.replica, route: "pin" });
         // usage's cached_tokens, as llama.cpp counted them: the previous turn's prompt, bar the last few tokens.
-        expect(s.cachedTokens).toBeGreaterThanOrEqual(0.9 * previous.promptTokens);
+        if (parsed(s) && parsed(previous)) expect(s.cachedTokens).toBeGreaterThanOrEqual(0.9 * previous.promptTokens);
       }
     },
     TIMEOUT,
