@@ -19,7 +19,7 @@ export interface Outcome {
   /** x-llmroute-route (pin, spread, hash, load, …) or "oracle". */
   route: string;
   status: number;
-  /** Real milliseconds from sending to the first content chunk. */
+  /** Real milliseconds from sending to the first content chunk (or the finish chunk, when the reply has none). */
   ttftMs: number;
   /** Real milliseconds from sending to the end of the stream. */
   totalMs: number;
