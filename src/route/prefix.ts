@@ -122,19 +122,7 @@ export class PrefixIndex {
 
   /** The longest prefix of `chain` that `replica` is known to hold. */
   match(chain: PrefixChain, replica: string): PrefixMatch {
-    const r = this.ids.get(replica);
-    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
-    // Entries are prefix-closed per replica: links [0, lo) are held, links [hi, n) are not.
-    let lo = 0;
-    let hi = chain.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.isHeld(this.find(chain.lo[mid]!, chain.hi[mid]!, r))) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
-    const deepest = this.find(chain.lo[lo - 1]!, chain.hi[lo - 1]!, r);
-    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]! };
+    return this.longest(chain, replica, true);
   }
 
   /** Does `replica` hold the link with this hash (remembered, and within its card's budget)? */
@@ -281,13 +269,20 @@ export class PrefixIndex {
    * its budget or not: what an engine that kept more than the budget says could deliver.
    */
   matchRemembered(chain: PrefixChain, replica: string): PrefixMatch {
+    return this.longest(chain, replica, false);
+  }
+
+  /** The longest prefix of `chain` with an entry for `replica`: held within its budget (`heldOnly`) or only remembered. */
+  private longest(chain: PrefixChain, replica: string, heldOnly: boolean): PrefixMatch {
     const r = this.ids.get(replica);
     if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
+    // Entries are prefix-closed per replica (held ones too): links [0, lo) have one, links [hi, n) do not.
     let lo = 0;
     let hi = chain.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (this.find(chain.lo[mid]!, chain.hi[mid]!, r) !== NIL) lo = mid + 1;
+      const e = this.find(chain.lo[mid]!, chain.hi[mid]!, r);
+      if (heldOnly ? this.isHeld(e) : e !== NIL) lo = mid + 1;
       else hi = mid;
     }
     if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
