@@ -51,7 +51,7 @@ export interface BenchOptions {
   workloads: WorkloadName[];
   agent: AgentSpec;
   burst: BurstSpec & { count: number };
-  mixed: { agents: number; agent: AgentSpec; burst: BurstSpec; gapS: number };
+  mixed: MixedSpec;
   shared: SharedSpec;
   pressured: SharedSpec;
   llmd: LadderSpec;
@@ -72,6 +72,28 @@ export interface BenchOptions {
  * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
  * with three families on two cards some card carries two, whatever the placement.
  */
+/**
+ * mixed: agent loops with cold bursts arriving on a fixed schedule. The schedule is open
+ * loop (burst k starts `everyS` × k after the agents' first turns are back, whatever the
+ * earlier bursts took) and the count is fixed, so every arm is offered the same load: paced
+ * by their own completion, bursts came more often in an arm that served them faster, and
+ * that arm's agents met more of them (measured: 4 bursts in hybrid's arm, 3 in
+ * cache-aware's). Between turns each agent runs its tools for a time drawn once per run
+ * (`toolS`, model seconds, the same for every arm): identical agents with no pause come out
+ * of a burst together and stay in lockstep, sharing each prefill for the rest of the arm.
+ */
+export interface MixedSpec {
+  agents: number;
+  agent: AgentSpec;
+  burst: BurstSpec;
+  /** Bursts per arm. */
+  bursts: number;
+  /** Model seconds from one burst's start to the next's. */
+  everyS: number;
+  /** Each tool run between two turns lasts between these model seconds. */
+  toolS: readonly [number, number];
+}
+
 /** The workloads' sizes (what --small replaces). */
 export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "agent" | "burst" | "mixed" | "shared" | "pressured" | "llmd" | "capacity">;
 
@@ -89,7 +111,12 @@ export const DEFAULTS: Sizes = {
     agents: 3,
     agent: { contextTokens: 40_000, turns: 10, turnTokens: 2_000, replyTokens: 64, systemTokens: 2_000 },
     burst: { size: 16, systemTokens: 1_000, taskTokens: 1_500, replyTokens: 64 },
-    gapS: 5,
+    // A burst every 25 s, four times: Ollama's profile serves one in 19–20 s (one prefill and
+    // decode at a time), so no profile is measured overloaded; on the vLLM profile (8 s a
+    // burst) the agents meet three of them.
+    bursts: 4,
+    everyS: 25,
+    toolS: [0.5, 2.5],
   },
   shared: { docs: 24, docTokens: 8_000, tailTokens: 200, requests: 120, rate: 1, replyTokens: 32, seed: 1 },
   // pressured: shared with the cache squeezed, as SGLang's gateway bench shrinks its cache.
@@ -140,7 +167,9 @@ export const SMALL: Sizes = {
     agents: 2,
     agent: { contextTokens: 4_000, turns: 4, turnTokens: 800, replyTokens: 16, systemTokens: 800 },
     burst: { size: 4, systemTokens: 400, taskTokens: 500, replyTokens: 16 },
-    gapS: 5,
+    bursts: 2,
+    everyS: 15,
+    toolS: [0.5, 2.5],
   },
   shared: { docs: 6, docTokens: 2_000, tailTokens: 100, requests: 24, rate: 0.5, replyTokens: 8, seed: 1 },
   pressured: { docs: 8, docTokens: 2_000, tailTokens: 100, requests: 32, rate: 0.5, replyTokens: 8, seed: 1 },
@@ -183,7 +212,9 @@ export const benchArgs = {
   "mixed-agents": { type: "string", description: `mixed: concurrent agent loops (${DEFAULTS.mixed.agents})` },
   "mixed-context-tokens": { type: "string", description: `mixed: each agent's last-turn tokens (${DEFAULTS.mixed.agent.contextTokens})` },
   "mixed-turns": { type: "string", description: `mixed: turns per agent (${DEFAULTS.mixed.agent.turns})` },
-  "burst-gap": { type: "string", description: `mixed: model seconds between bursts (${DEFAULTS.mixed.gapS})` },
+  "mixed-bursts": { type: "string", description: `mixed: bursts per arm (${DEFAULTS.mixed.bursts})` },
+  "burst-every": { type: "string", description: `mixed: model seconds from one burst's start to the next's, whatever the last one took (${DEFAULTS.mixed.everyS})` },
+  "tool-time": { type: "string", description: `mixed: model seconds each agent's tools run between turns, MIN,MAX (${DEFAULTS.mixed.toolS.join(",")})` },
   docs: { type: "string", description: `shared: distinct shared prefixes (${DEFAULTS.shared.docs})` },
   "doc-tokens": { type: "string", description: `shared: tokens per shared prefix (${DEFAULTS.shared.docTokens})` },
   requests: { type: "string", description: `shared: requests per arm (${DEFAULTS.shared.requests})` },
@@ -228,6 +259,18 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       return fallback;
     }
     return n;
+  };
+  /** "MIN,MAX" model seconds, 0 ≤ MIN ≤ MAX. */
+  const range = (key: keyof typeof benchArgs, fallback: readonly [number, number]): readonly [number, number] => {
+    const v = str(key);
+    if (v === undefined) return fallback;
+    const parts = v.split(",").map((x) => Number(x.trim()));
+    const [lo, hi] = parts;
+    if (parts.length !== 2 || !Number.isFinite(lo) || !Number.isFinite(hi) || lo! < 0 || hi! < lo!) {
+      problems.push(`--${key} ${JSON.stringify(v)}: must be MIN,MAX model seconds with 0 <= MIN <= MAX`);
+      return fallback;
+    }
+    return [lo!, hi!];
   };
   const list = <T extends string>(key: keyof typeof benchArgs, known: readonly T[], fallback: readonly T[]): T[] => {
     const v = str(key);
@@ -295,7 +338,9 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
         systemTokens: system ?? DEFAULTS.mixed.agent.systemTokens,
       },
       burst: { ...DEFAULTS.mixed.burst, size: burstSize, replyTokens, systemTokens: system ?? DEFAULTS.mixed.burst.systemTokens },
-      gapS: num("burst-gap", DEFAULTS.mixed.gapS, "nonneg"),
+      bursts: num("mixed-bursts", DEFAULTS.mixed.bursts, "int", 1),
+      everyS: num("burst-every", DEFAULTS.mixed.everyS, "nonneg"),
+      toolS: range("tool-time", DEFAULTS.mixed.toolS),
     },
     shared: {
       ...DEFAULTS.shared,

@@ -16,8 +16,8 @@ import { simTarget } from "./targets.ts";
 import { ui } from "../ui.ts";
 
 /**
- * Model time is about 600 s (agent ≈ 215, burst ≈ 185, mixed ≈ 180); at 0.08 that is ~48 s
- * real plus start-up. Smaller scales finish sooner but let fixed real costs (timers, HTTP,
+ * Model time is about 690 s (agent ≈ 215, burst ≈ 185, mixed ≈ 290: four bursts 25 s
+ * apart per arm); at 0.08 that is ~55 s real plus start-up (measured 57 s, 2 Dec 2026). Smaller scales finish sooner but let fixed real costs (timers, HTTP,
  * ~7 ms a request) weigh more once divided by the scale.
  */
 export const DEMO_TIME_SCALE = 0.08;

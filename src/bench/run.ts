@@ -20,6 +20,7 @@ import {
   hitCeiling,
   ladderRequests,
   saltLine,
+  toolPauses,
   sharedRequests,
   type AgentPlan,
   type BurstSpec,
@@ -126,6 +127,8 @@ export const silentProgress: Progress = { status: () => {}, line: () => {} };
 export interface DriveContext {
   arm: Arm;
   model: string;
+  /** The run's id: what every arm of one run shares. */
+  run: string;
   salt: string;
   /** Tools the conversations declare on every request (under the sims' non-ChatML templates). */
   tools?: readonly unknown[];
@@ -202,6 +205,7 @@ export async function runArm(
   const ctx: DriveContext = {
     arm,
     model: target.model,
+    run,
     salt: saltLine(run, workload, name),
     ...(tools ? { tools } : {}),
     scale,
@@ -253,41 +257,47 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     return { samples, bursts };
   },
   mixed: async (ctx, o) => {
-    const samples: Sample[] = [];
-    const bursts: BurstWall[] = [];
-    let agentsDone = false;
+    const m = o.mixed;
+    const pauses = toolPauses(ctx.run, m.agents, m.agent.turns, m.toolS);
     // Agents start in order; bursts begin once every agent's first (cold) turn is back, so
-    // the spread counter places the agents alike in every arm, then keep arriving while
-    // the agents work: one, a pause, the next.
+    // the spread counter places the agents alike in every arm, then come on a fixed schedule
+    // (see MixedSpec): the same count at the same times in every arm.
     let firstTurns = 0;
     let allStarted!: () => void;
     const started = new Promise<void>((resolve) => (allStarted = resolve));
     const agents = Promise.all(
-      Array.from({ length: o.mixed.agents }, async (_, a) => {
+      Array.from({ length: m.agents }, async (_, a) => {
         await ctx.until(a * STAGGER_MS);
-        return driveConversation(ctx, agentPlan(o.mixed.agent, ctx.salt, a), o.mixed.agent.turns, a, `agent ${a}`, (turn) => {
-          if (turn === 1 && ++firstTurns === o.mixed.agents) allStarted();
-        });
+        return driveConversation(
+          ctx,
+          agentPlan(m.agent, ctx.salt, a),
+          m.agent.turns,
+          a,
+          `agent ${a}`,
+          (turn) => {
+            if (turn === 1 && ++firstTurns === m.agents) allStarted();
+          },
+          (turn) => pauses[a]![turn - 1]!,
+        );
       }),
     ).then((all) => {
-      agentsDone = true;
       allStarted();
       return all.flat();
     });
-    const burstLoop = (async () => {
+    const burstRuns = (async () => {
       await started;
-      for (let b = 0; !agentsDone; b++) {
-        const at = ctx.now();
-        const r = await driveBurst(ctx, o.mixed.burst, `${ctx.salt} b${b}`, b);
-        samples.push(...r.samples);
-        bursts.push(r.wall);
-        if (agentsDone) break;
-        await ctx.until(at + r.wall.wallMs + o.mixed.gapS * 1000);
-      }
+      const t0 = ctx.now();
+      return Promise.all(
+        Array.from({ length: m.bursts }, async (_, b) => {
+          await ctx.until(t0 + b * m.everyS * 1000);
+          return driveBurst(ctx, m.burst, `${ctx.salt} b${b}`, b);
+        }),
+      );
     })();
-    samples.push(...(await agents));
-    await burstLoop;
-    return { samples, bursts };
+    const samples = await agents;
+    const runs = await burstRuns;
+    for (const r of runs) samples.push(...r.samples);
+    return { samples, bursts: runs.map((r) => r.wall) };
   },
   shared: async (ctx, o) => ({ samples: await driveArrivals(ctx, sharedRequests(o.shared, ctx.salt), o.shared.replyTokens, (r, i) => ({ group: i, index: r.doc })) }),
   pressured: async (ctx, o) => ({ samples: await driveArrivals(ctx, sharedRequests(o.pressured, ctx.salt), o.pressured.replyTokens, (r, i) => ({ group: i, index: r.doc })) }),
@@ -380,6 +390,8 @@ export async function driveConversation(
   group: number,
   label: string,
   onTurn: (turn: number) => void = () => {},
+  /** Model ms the client spends after turn `turn` before sending the next (its tools running). */
+  pauseMs: (turn: number) => number = () => 0,
 ): Promise<Sample[]> {
   const samples: Sample[] = [];
   const replies: Reply[] = [];
@@ -392,6 +404,8 @@ export async function driveConversation(
     // A conversation cannot go on without its reply: stop it, the table counts the error.
     if (sample.error) break;
     replies.push(reply);
+    const pause = turn < turns ? pauseMs(turn) : 0;
+    if (pause > 0) await ctx.until(ctx.now() + pause);
   }
   return samples;
 }

@@ -97,6 +97,17 @@ export function newRunId(random: (n: number) => Uint8Array = (n) => crypto.getRa
  * opens the first message, so the very first KV block and the router's first prefix link
  * differ between runs and arms, and no arm can hit a cache another one warmed.
  */
+/**
+ * Each agent's tool time after each of its turns, in model ms: drawn from the run's id alone
+ * (never the arm's), so every arm of a run is offered the same pauses.
+ */
+export function toolPauses(run: string, agents: number, turns: number, [lo, hi]: readonly [number, number]): number[][] {
+  let seed = 0x811c9dc5;
+  for (let i = 0; i < run.length; i++) seed = Math.imul(seed ^ run.charCodeAt(i), 0x01000193) >>> 0;
+  const next = rng(seed);
+  return Array.from({ length: agents }, () => Array.from({ length: turns }, () => (lo + (hi - lo) * next()) * 1000));
+}
+
 export function saltLine(run: string, workload: string, arm: string): string {
   return `[bench ${run} ${workload} ${arm}]`;
 }

@@ -54,9 +54,11 @@ export const SGLANG: EngineProfile = {
   // Not verified to accept any name: routed by the names it lists, as before.
   anyModelName: false,
   blockTokens: 1,
-  // python/sglang/srt/managers/scheduler.py: chunked prefill batches the waiting requests'
-  // chunks into one prefill batch per step (--chunked-prefill-size): they share the card.
-  prefillConcurrency: () => Infinity,
+  // python/sglang/srt/managers/scheduler.py get_new_batch_prefill: the request being chunked
+  // resumes first (`adder.add_chunked_req`), then the waiting queue in `--schedule-policy`
+  // order (fcfs by default, server_args.py) fills what is left of --chunked-prefill-size: a
+  // new request waits for the prefills sent before it (a first-come queue).
+  prefillConcurrency: () => 1,
   metricsFlag: "--enable-metrics",
   // http_server.py GET /get_server_info carries "version" (with the server args).
   version: { path: "/get_server_info", read: (b) => stringField(b, "version") },

@@ -73,9 +73,11 @@ export const VLLM: EngineProfile = {
   // vllm/config/cache.py: block_size 16 by default on CUDA; hybrid (Mamba/attention) models
   // use far larger blocks, which cache_config_info then publishes.
   blockTokens: 16,
-  // vllm/v1/core/sched/scheduler.py Scheduler.schedule: chunked prefill (on in V1) schedules every
-  // running request's next chunk within one token budget per step: prefills share the card.
-  prefillConcurrency: () => Infinity,
+  // vllm/v1/core/sched/scheduler.py Scheduler.schedule: "First, schedule the RUNNING
+  // requests" in order, each taking min(its remaining prompt, the step's token budget), and
+  // a waiting request only with budget left: chunked prefill (on in V1) serves prefills
+  // oldest first, so a new request waits for every prefill sent before it (a first-come queue).
+  prefillConcurrency: () => 1,
   // vllm/entrypoints/openai/api_server.py `show_version`: GET /version → {"version": "…"}.
   version: { path: "/version", read: (b) => stringField(b, "version") },
 };

@@ -37,7 +37,7 @@ export interface ReplicaView {
    * engine schedules it (see `prefillAhead`); without it, as a first-come queue.
    */
   queue?: readonly number[];
-  /** How many prefills the engine runs at once, sharing its compute: Infinity for vLLM/SGLang's chunked prefill, the slot count for llama.cpp. */
+  /** How many prefills the engine runs at once, sharing its compute: the slot count for llama.cpp; 1 for vLLM's and SGLang's chunked prefill, which serves them oldest first. */
   concurrency?: number;
   /** Measured prefill throughput, tokens per second. */
   prefillRate: number;
@@ -137,8 +137,8 @@ export function leastLoaded(replicas: readonly ReplicaView[], ctx: PolicyContext
 /**
  * Prefill tokens the replica computes before a new request of `work` tokens has its first
  * token. Engines that prefill several requests at once share their compute between them
- * (vLLM's and SGLang's chunked prefill in one token budget per step; llama.cpp's slots):
- * the new request then waits only for as much of each other prefill as its own size,
+ * (llama.cpp's slots): the new request then waits only for as much of each other prefill
+ * as its own size,
  * Σ min(Wᵢ, work) — a short cached turn is not stuck behind long cold prompts, as it would
  * be in a first-come queue. Beyond the engine's concurrency, and for the queue that is not
  * itemised (the engine's own waiting requests, other routers'), it waits for all of it.

@@ -16,6 +16,7 @@ const NUMBER_FLAGS = {
   "kv-tokens": "kvTokens",
   "block-tokens": "blockTokens",
   "prefill-tps": "prefillTps",
+  "prefill-chunk-tokens": "prefillChunkTokens",
   "cached-token-cost": "cachedTokenCost",
   "decode-tps": "decodeTps",
   "decode-batch-slowdown": "decodeBatchSlowdown",
@@ -42,7 +43,9 @@ const NUMBER_FLAGS = {
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "kv-tokens": "KV pool size in tokens (3090: 122636; llamacpp, ollama: llama-server -c, all slots together)",
   "block-tokens": "Tokens per KV block; only full blocks are cached (16; hybrid attention/Mamba models use 400-1568)",
-  "prefill-tps": "Prefill tokens/s of the card, shared by concurrent prefills (3090: 4000)",
+  "prefill-tps": "Prefill tokens/s of the card (3090: 4000)",
+  "prefill-chunk-tokens":
+    "With --prefill-order arrival: prompt tokens one engine step computes (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size; 2048); a decoding sequence waits for one such chunk per token while prefills run",
   "cached-token-cost": "Cost of a cached prompt token relative to an uncached one (0.05)",
   "decode-tps": "Decode tokens/s of one sequence alone (3090: 40)",
   "decode-batch-slowdown": "Decode slowdown per extra running sequence (0.03)",
@@ -88,6 +91,12 @@ const args = {
       "Chat template: chatml, or one under which a continuation is not a prefix of the previous turn (mistral3-tools: tools before the last user message; deepseek-r1: earlier reasoning cut; qwen3-reasoning: reasoning only after the last query)",
     default: "chatml",
   },
+  "prefill-order": {
+    type: "enum",
+    options: ["arrival", "shared"],
+    description:
+      "How prefills at once use the card: arrival = oldest first at the full rate (vllm, sglang: chunked prefill), shared = an equal share each (llamacpp, ollama slots). Default: the engine's",
+  },
   "kv-unified": { type: "boolean", description: "llamacpp, ollama: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
   "cache-idle-slots": { type: "boolean", description: "llamacpp, ollama: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp, ollama: do not save idle slots", default: true },
   "cache-prompt": { type: "boolean", description: "llamacpp, ollama: reuse cached prompts", negativeDescription: "llamacpp, ollama: reuse nothing (llama-server --no-cache-prompt; same as --no-prefix-cache)", default: true },
@@ -122,6 +131,7 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
     kvUnified: parsed["kv-unified"] === true,
     cacheIdleSlots: parsed["cache-idle-slots"] !== false,
     verbose: parsed.verbose === true,
+    ...(parsed["prefill-order"] === undefined ? {} : { prefillOrder: String(parsed["prefill-order"]) as SimOptions["prefillOrder"] }),
   };
   for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {
     const value = parsed[flag];

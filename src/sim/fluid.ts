@@ -2,8 +2,12 @@
  * The fluid time model both simulated engines run on (engine.ts: one vLLM-like block pool;
  * slots.ts: llama.cpp's slots). Only the KV model differs between them; how time passes
  * does not:
- * - every sequence that is prefilling gets an equal share of `prefillTps`, so prefill work
- *   is shared among the sequences prefilling at once;
+ * - prefill work is served as `prefillOrder` says: in admission order, one sequence at a
+ *   time at the full `prefillTps` (vLLM's and SGLang's chunked prefill, the oldest request's
+ *   chunk first in every step's token budget), or shared, every sequence prefilling at once
+ *   getting an equal share. In admission order a decoding sequence shares each step with a
+ *   `prefillChunkTokens` chunk while any prefill runs, so it makes one token per step of
+ *   (chunk ÷ prefillTps + its own decode time);
  * - a decoding sequence makes one token per `1 / (decodeTps / (1 + decodeBatchSlowdown ·
  *   (running − 1)))` model seconds;
  * - the engine processes events in model-time order up to "now" whenever it is woken, and
@@ -29,7 +33,7 @@ export interface FluidSequence {
   decodeFrac: number;
 }
 
-export type FluidOptions = Pick<EngineOptions, "prefillTps" | "decodeTps" | "decodeBatchSlowdown" | "timeScale" | "minTickMs">;
+export type FluidOptions = Pick<EngineOptions, "prefillTps" | "prefillOrder" | "prefillChunkTokens" | "decodeTps" | "decodeBatchSlowdown" | "timeScale" | "minTickMs">;
 
 export interface FluidEvent<S extends FluidSequence = FluidSequence> {
   /** Model seconds (Infinity if nothing runs). */
@@ -38,13 +42,22 @@ export interface FluidEvent<S extends FluidSequence = FluidSequence> {
   seq?: S;
 }
 
-/** Per-sequence prefill and decode rates with these sequences running. */
-export function fluidRates(running: readonly FluidSequence[], o: FluidOptions): { prefill: number; decode: number } {
+/** Each prefilling sequence's prefill rate, and the decode rate, with these sequences running. */
+export function fluidRates(running: readonly FluidSequence[], o: FluidOptions): { prefill: (seq: FluidSequence) => number; decode: number } {
   let prefilling = 0;
-  for (const seq of running) if (seq.state === "prefill") prefilling++;
+  let head: FluidSequence | undefined;
+  for (const seq of running) {
+    if (seq.state !== "prefill") continue;
+    prefilling++;
+    head ??= seq;
+  }
+  const shared = prefilling === 0 ? 0 : o.prefillTps / prefilling;
+  const decode = o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, running.length - 1));
+  if (o.prefillOrder !== "arrival") return { prefill: () => shared, decode };
   return {
-    prefill: prefilling === 0 ? 0 : o.prefillTps / prefilling,
-    decode: o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, running.length - 1)),
+    // `running` is in admission order: the oldest prefill has the card.
+    prefill: (seq) => (seq === head ? o.prefillTps : 0),
+    decode: head ? 1 / (1 / decode + o.prefillChunkTokens / o.prefillTps) : decode,
   };
 }
 
@@ -55,7 +68,12 @@ export function nextFluidEvent<S extends FluidSequence>(running: readonly S[], m
   let bestIsPrefill = false;
   let bestSeq: S | undefined;
   for (const seq of running) {
-    const dt = seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) / prefill : Math.max(0, 1 - seq.decodeFrac) / decode;
+    let dt: number;
+    if (seq.state === "prefill") {
+      const rate = prefill(seq);
+      if (rate === 0) continue;
+      dt = Math.max(0, seq.prefillWork - seq.prefillDone) / rate;
+    } else dt = Math.max(0, 1 - seq.decodeFrac) / decode;
     if (dt < best) {
       best = dt;
       bestIsPrefill = seq.state === "prefill";
@@ -70,7 +88,7 @@ export function advanceFluid(running: readonly FluidSequence[], dt: number, o: F
   if (dt <= 0) return;
   const { prefill, decode } = fluidRates(running, o);
   for (const seq of running) {
-    if (seq.state === "prefill") seq.prefillDone += dt * prefill;
+    if (seq.state === "prefill") seq.prefillDone += dt * prefill(seq);
     else seq.decodeFrac += dt * decode;
   }
 }

@@ -9,14 +9,31 @@ import { LlmrouteError } from "../errors.ts";
 import { isTemplateName, TEMPLATES, type TemplateName } from "./chat-templates.ts";
 import { DEFAULT_ENGINE, ENGINE_PROFILES, engineProfile, isEngineProfileName, type EngineProfileName } from "./profiles/index.ts";
 
+export type PrefillOrder = "arrival" | "shared";
+
 /** The engine's knobs (camelCase here; kebab-case on the CLI; snake_case in /sim/state). */
 export interface EngineOptions {
   /** KV pool size in tokens (vLLM's "GPU KV cache size"). Blocks = floor(kvTokens / blockTokens). */
   kvTokens: number;
   /** Tokens per KV block; only full blocks are cached (vLLM default 16). */
   blockTokens: number;
-  /** Prefill throughput in tokens/s of the whole card, shared by every sequence prefilling at once. */
+  /** Prefill throughput in tokens/s of the whole card. */
   prefillTps: number;
+  /**
+   * How sequences prefilling at once use it: `arrival` — one at a time at the full rate, in
+   * the order they were admitted (vLLM's and SGLang's chunked prefill: each step's token
+   * budget goes to the oldest running request's chunk first, see profiles/vllm.ts and
+   * sglang.ts); `shared` — an equal share each (llama.cpp's and Ollama's slots). The
+   * engine profile sets it.
+   */
+  prefillOrder: PrefillOrder;
+  /**
+   * In `arrival` order, the prompt tokens one engine step computes (vLLM
+   * --max-num-batched-tokens, 2048 on a card below H100 class for the API server:
+   * vllm/engine/arg_utils.py `_set_default_args`; SGLang --chunked-prefill-size): a decoding
+   * sequence waits for one such chunk per token while prefills run.
+   */
+  prefillChunkTokens: number;
   /** Cost of one cached prompt token relative to an uncached one (attention over the cached context). */
   cachedTokenCost: number;
   /** Decode speed of one sequence alone, tokens/s. */
@@ -133,7 +150,7 @@ export type ProfileName = "3090" | "tiny";
  * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
  * tests stay quick at `timeScale` 1.
  */
-export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs">> = {
+export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens">> = {
   "3090": {
     kvTokens: 122_636,
     blockTokens: 16,
@@ -167,6 +184,9 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   model: "sim-model",
   engine: DEFAULT_ENGINE,
   template: "chatml",
+  // The engine profile's order wins (resolveSimOptions); this is for an unknown engine name.
+  prefillOrder: "shared",
+  prefillChunkTokens: 2048,
   parallel: -1,
   kvUnified: false,
   cacheRam: 8192,
@@ -200,8 +220,9 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
   }
   const given = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined)) as Partial<SimOptions>;
   const engine = given.engine ?? BASE.engine;
-  const slotDefaults = isEngineProfileName(engine) ? engineProfile(engine).slotDefaults : undefined;
-  const options: SimOptions = { ...BASE, ...PROFILES[profile], ...slotDefaults, ...given, profile };
+  const family = isEngineProfileName(engine) ? engineProfile(engine) : undefined;
+  const slotDefaults = family?.slotDefaults;
+  const options: SimOptions = { ...BASE, ...PROFILES[profile], prefillOrder: family?.prefillOrder ?? BASE.prefillOrder, ...slotDefaults, ...given, profile };
   const problems = validate(options);
   if (problems.length > 0) throw new LlmrouteError("usage", `sim: ${problems.join("; ")}`);
   if (slotDefaults) return resolveSlots(options);
@@ -262,6 +283,8 @@ function validate(o: SimOptions): string[] {
   positiveInt("kvTokens");
   positiveInt("blockTokens");
   positive("prefillTps");
+  need(o.prefillOrder === "arrival" || o.prefillOrder === "shared", "prefill-order", o.prefillOrder, "must be arrival or shared");
+  positiveInt("prefillChunkTokens");
   nonNegative("cachedTokenCost");
   positive("decodeTps");
   nonNegative("decodeBatchSlowdown");

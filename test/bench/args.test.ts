@@ -45,6 +45,12 @@ describe("parseBenchArgs", () => {
     expect(kvTokensLabel(o.kvTokens)).toBe(label);
   });
 
+  it("mixed: a fixed count of bursts on a fixed schedule, and the agents' tool times", () => {
+    const o = parseBenchArgs({ "mixed-bursts": "3", "burst-every": "20", "tool-time": "0, 1.5" });
+    expect([o.mixed.bursts, o.mixed.everyS, o.mixed.toolS]).toEqual([3, 20, [0, 1.5]]);
+    expect(parseBenchArgs({}).mixed).toMatchObject({ bursts: 4, everyS: 25, toolS: [0.5, 2.5] });
+  });
+
   it("the default agent and mixed conversations fit their context", () => {
     expect(agentFirstTokens(DEFAULTS.agent)).toBeGreaterThan(10_000);
     expect(agentFirstTokens(DEFAULTS.mixed.agent)).toBeGreaterThan(1_000);
@@ -111,6 +117,9 @@ describe("parseBenchArgs", () => {
     [{ families: "80000,abc" }, /--families "80000,abc"/],
     [{ "llmd-rates": "1,0" }, /--llmd-rates "1,0": must be comma-separated rates > 0/],
     [{ runs: "0" }, /--runs "0": must be an integer >= 1/],
+    [{ "mixed-bursts": "0" }, /--mixed-bursts "0": must be an integer >= 1/],
+    [{ "tool-time": "2,1" }, /--tool-time "2,1": must be MIN,MAX model seconds with 0 <= MIN <= MAX/],
+    [{ "tool-time": "1" }, /--tool-time "1": must be MIN,MAX/],
     [{ "pressured-rate": "fast" }, /--pressured-rate "fast": must be a number > 0/],
     [{ engine: "vllm,trtllm" }, /--engine "vllm,trtllm": unknown "trtllm"; choose from vllm, vllm-details, sglang, llamacpp, ollama/],
     [{ template: "llama3" }, /--template "llama3": unknown "llama3"; choose from chatml, mistral3-tools, deepseek-r1, qwen3-reasoning/],

@@ -28,12 +28,32 @@ function scriptedArm(answer: (turn: number) => Partial<Outcome>): { arm: Arm; bo
 }
 
 function context(arm: Arm, tools?: readonly unknown[]): DriveContext {
-  return { arm, model: "m", salt: "salt", ...(tools ? { tools } : {}), scale: 1, now: () => 0, until: async () => {}, progress: silentProgress };
+  return { arm, model: "m", run: "r1", salt: "salt", ...(tools ? { tools } : {}), scale: 1, now: () => 0, until: async () => {}, progress: silentProgress };
 }
 
 const messagesOf = (body: Record<string, unknown>) => body.messages as ChatMessage[];
 
 describe("driveConversation", () => {
+  it("waits each turn's tool time before the next turn, and none after the last", async () => {
+    const { arm, bodies } = scriptedArm(() => ({}));
+    let clock = 0;
+    const sentAt: number[] = [];
+    const waits: number[] = [];
+    const ctx: DriveContext = {
+      ...context(arm),
+      now: () => clock,
+      until: async (at) => {
+        waits.push(at - clock);
+        clock = at;
+      },
+    };
+    const counted = { ...arm, send: async (body: Record<string, unknown>) => (sentAt.push(clock), arm.send(body)) };
+    await driveConversation({ ...ctx, arm: counted }, agentPlan(spec, "salt"), 3, 0, "agent", undefined, (turn) => turn * 1_000);
+    expect(bodies.length).toBe(3);
+    expect(waits).toEqual([1_000, 2_000]);
+    expect(sentAt).toEqual([0, 1_000, 3_000]);
+  });
+
   it("sends each reply back as returned: R1's content with its </think>, reasoning in the field it came in", async () => {
     const { arm, bodies } = scriptedArm((turn) =>
       turn === 1 ? { text: "  mm\n</think>\n\nfirst" } : { text: `answer ${turn}`, reasoning: { text: `thought ${turn}`, field: "reasoning_content" } },

@@ -19,6 +19,7 @@ import {
   tokensOf,
   type AgentSpec,
   type LadderSpec,
+  toolPauses,
 } from "../../src/bench/workloads.ts";
 import { DEFAULTS } from "../../src/bench/args.ts";
 import { createHasher, hex64 } from "../../src/route/hash.ts";
@@ -114,6 +115,19 @@ describe("agent", () => {
 
   it("needs the replies of earlier turns", () => {
     expect(() => agentMessages(plan, [], 2)).toThrow(RangeError);
+  });
+});
+
+describe("mixed: the agents' tool times", () => {
+  it("are drawn from the run alone, within MIN..MAX, different between turns and runs", () => {
+    const a = toolPauses("20261202T0300-1", 3, 10, [0.5, 2.5]);
+    expect(a.length).toBe(3);
+    expect(a.every((turns) => turns.length === 10 && turns.every((ms) => ms >= 500 && ms <= 2_500))).toBe(true);
+    // The same run gives every arm the same pauses; another run other ones.
+    expect(toolPauses("20261202T0300-1", 3, 10, [0.5, 2.5])).toEqual(a);
+    expect(toolPauses("20261202T0300-2", 3, 10, [0.5, 2.5])).not.toEqual(a);
+    expect(new Set(a.flat()).size).toBe(30);
+    expect(toolPauses("r", 2, 3, [1, 1]).flat()).toEqual([1_000, 1_000, 1_000, 1_000, 1_000, 1_000]);
   });
 });
 

@@ -118,6 +118,16 @@ describe("discovery, per family", () => {
   });
 });
 
+describe("how each family schedules prefills (the hybrid prices a replica's queue with it)", () => {
+  it("vLLM and SGLang serve prefills oldest first; llama.cpp's slots share the card; Ollama runs one", () => {
+    const capacity = { slots: 4 } as Parameters<(typeof PROFILES)["llamacpp"]["prefillConcurrency"]>[0];
+    expect(PROFILES.vllm.prefillConcurrency(undefined)).toBe(1);
+    expect(PROFILES.sglang.prefillConcurrency(undefined)).toBe(1);
+    expect(PROFILES.llamacpp.prefillConcurrency(capacity)).toBe(4);
+    expect(PROFILES.ollama.prefillConcurrency(undefined)).toBe(1);
+  });
+});
+
 describe("a response's cached tokens, as its engine means them", () => {
   const facts = (family: EngineFacts["family"]) => (family ? PROFILES[family] : undefined);
   it.each([

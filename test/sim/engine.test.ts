@@ -60,12 +60,43 @@ describe("SimEngine timing", () => {
     expect(other.ttftModelMs).toBeCloseTo(100 + 40, 6);
   });
 
-  it("shares prefill throughput: two prompts at once both take twice as long as one alone", async () => {
+  it("serves prefills in arrival order by default (vLLM's and SGLang's chunked prefill): the second prompt's first token after the first's", async () => {
     const { clock, engine } = setup();
+    expect(resolveSimOptions(SMALL).prefillOrder).toBe("arrival");
+    const a = engine.submit({ prompt: text(300, "a"), maxTokens: 1, finishReason: "length" });
+    const b = engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
+    clock.runUntilIdle();
+    expect((await a.done).ttftModelMs).toBeCloseTo(300, 6);
+    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+  });
+
+  it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
+    const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
+    expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
+    expect(order("vllm", { prefillOrder: "shared" })).toBe("shared");
+    expect(() => resolveSimOptions({ prefillOrder: "lifo" as SimOptions["prefillOrder"] })).toThrow(/prefill-order = "lifo": must be arrival or shared/);
+    expect(() => resolveSimOptions({ prefillChunkTokens: 0 })).toThrow(/prefill-chunk-tokens = 0: must be a positive integer/);
+  });
+
+  it("prefill_order shared (llama.cpp's and Ollama's slots): two prompts at once both take twice as long as one alone", async () => {
+    const { clock, engine } = setup({ prefillOrder: "shared" });
     const a = engine.submit({ prompt: text(300, "a"), maxTokens: 1, finishReason: "length" });
     const b = engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
     clock.runUntilIdle();
     expect((await a.done).ttftModelMs).toBeCloseTo(600, 6);
+    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+  });
+
+  it("in arrival order a decoding sequence makes one token per step of a prefill chunk while a prefill runs", async () => {
+    const { clock, engine } = setup({ prefillChunkTokens: 100 });
+    const a = engine.submit({ prompt: text(100, "a"), maxTokens: 3, finishReason: "length" });
+    const b = engine.submit({ prompt: text(500, "b"), maxTokens: 1, finishReason: "length" });
+    clock.runUntilIdle();
+    const ra = await a.done;
+    expect(ra.ttftModelMs).toBeCloseTo(100, 6);
+    // a's two more tokens while b prefills (100 → 600 ms): each takes 10 ms of decode + a
+    // 100-token chunk (100 ms) = 110 ms, so a ends at 320 ms, b's first token at 600.
+    expect(ra.durationMs).toBeCloseTo(320, 6);
     expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
   });
 
@@ -92,7 +123,7 @@ describe("SimEngine timing", () => {
     // First token at 100 ms, then 10 more at 100 tok/s.
     expect(alone.clock.now() - 1_000).toBeCloseTo(100 + 100, 6);
 
-    const batch = setup({ decodeBatchSlowdown: 0.5 });
+    const batch = setup({ decodeBatchSlowdown: 0.5, prefillOrder: "shared" });
     const s1 = batch.engine.submit({ prompt: text(50, "a"), maxTokens: 11, finishReason: "length" });
     const s2 = batch.engine.submit({ prompt: text(50, "b"), maxTokens: 11, finishReason: "length" });
     batch.clock.runUntilIdle();

@@ -188,6 +188,10 @@ export const llamacppProfile: EngineProfile = {
   responsesState: "rejected",
   // llama-server's slots with its own defaults (slots.ts; options.ts LlamaCppOptions).
   slotDefaults: {},
+  // Each slot prefilling at once gets an equal share. llama-server itself (server-context.cpp
+  // update_slots) fills each step's n_batch from the slots in index order; the calibration
+  // against it (perf/calibrate-llamacpp.ts) compared hit rates, not the order of first tokens.
+  prefillOrder: "shared",
   reasoningField: "reasoning_content",
   resolveModel: (_requested, served) => served,
   streamUsage: (so) => isRecord(so) && so.include_usage === true,

@@ -137,6 +137,8 @@ export const ollamaProfile: EngineProfile = {
   responsesState: "ignored",
   // One slot, 512-token batches: how Ollama starts llama-server (see the header).
   slotDefaults: { parallel: 1, batchSize: 512 },
+  // One slot: one prefill at a time in any order.
+  prefillOrder: "shared",
   reasoningField: "reasoning",
   resolveModel(requested, served) {
     if (requested === undefined || requested === "") throw new ApiError(400, "model is required");

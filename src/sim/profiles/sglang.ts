@@ -151,6 +151,11 @@ export const sglangProfile: EngineProfile = {
   name: "sglang",
   family: "sglang",
   responsesState: "stored",
+  // python/sglang/srt/managers/scheduler.py get_new_batch_prefill: the request being
+  // chunked resumes first (`adder.add_chunked_req`), then the waiting queue in policy order
+  // (`--schedule-policy`, fcfs by default in server_args.py) fills what is left of
+  // `--chunked-prefill-size`: prefills are served in arrival order.
+  prefillOrder: "arrival",
   reasoningField: "reasoning_content",
   resolveModel: (requested) => requested ?? "default",
   streamUsage: (so) => isRecord(so) && so.include_usage === true,

@@ -10,7 +10,7 @@
 import type { ApiError } from "../_api-error.ts";
 import type { FormatContext, StreamFormat } from "../_formats.ts";
 import type { SequenceResult, SimEngineApi } from "../engine-api.ts";
-import type { LlamaCppOptions, SimOptions } from "../options.ts";
+import type { LlamaCppOptions, PrefillOrder, SimOptions } from "../options.ts";
 
 export const ENGINE_PROFILES = ["vllm", "vllm-details", "sglang", "llamacpp", "ollama"] as const;
 export type EngineProfileName = (typeof ENGINE_PROFILES)[number];
@@ -100,6 +100,8 @@ export interface EngineProfile {
    * defaults (options.ts LlamaCppOptions); explicit options still win.
    */
   readonly slotDefaults?: Partial<LlamaCppOptions>;
+  /** How requests prefilling at once share the card (options.ts EngineOptions.prefillOrder), with its source beside it. */
+  readonly prefillOrder: PrefillOrder;
   /** Name of the reasoning field in messages and deltas. */
   readonly reasoningField: "reasoning_content" | "reasoning";
   /**

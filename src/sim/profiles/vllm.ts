@@ -133,6 +133,12 @@ export function vllmProfile(details: boolean): EngineProfile {
     name: details ? "vllm-details" : "vllm",
     family: "vllm",
     responsesState: "stored",
+    // vllm/v1/core/sched/scheduler.py Scheduler.schedule: "First, schedule the RUNNING
+    // requests" in their order, each taking min(its remaining prompt, the step's token
+    // budget); a waiting request is admitted only with budget left. Chunked prefill (always
+    // on in V1) therefore serves prefills oldest first, one budget after another: a short
+    // turn arriving behind long prompts waits for them.
+    prefillOrder: "arrival",
     reasoningField: "reasoning_content",
     resolveModel(requested, served) {
       if (requested !== undefined && requested !== served) {
