@@ -63,16 +63,6 @@ export interface BenchOptions {
 }
 
 /**
- * Defaults. agent: the 90k-token conversation of the RTX 3090 measurement, a 2k-token tool result and a short
- * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
- * sim's calibration of that measurement's burst (≈4,871 prompt and 293 output tokens each, which
- * docs/sim.md's calibration solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
- * card's KV holds but fewer than two cards' (the regime where placement decides the hit
- * rate), Poisson arrivals. capacity: that measurement's three 50–80k families, sized so that any
- * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
- * with three families on two cards some card carries two, whatever the placement.
- */
-/**
  * mixed: agent loops with cold bursts arriving on a fixed schedule. The schedule is open
  * loop (burst k starts `everyS` × k after the agents' first turns are back, whatever the
  * earlier bursts took) and the count is fixed, so every arm is offered the same load: paced
@@ -97,6 +87,16 @@ export interface MixedSpec {
 /** The workloads' sizes (what --small replaces). */
 export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "agent" | "burst" | "mixed" | "shared" | "pressured" | "llmd" | "capacity">;
 
+/**
+ * Defaults. agent: the 90k-token conversation of the RTX 3090 measurement, a 2k-token tool result and a short
+ * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
+ * sim's calibration of that measurement's burst (≈4,871 prompt and 293 output tokens each, which
+ * docs/sim.md's calibration solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
+ * card's KV holds but fewer than two cards' (the regime where placement decides the hit
+ * rate), Poisson arrivals. capacity: that measurement's three 50–80k families, sized so that any
+ * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
+ * with three families on two cards some card carries two, whatever the placement.
+ */
 export const DEFAULTS: Sizes = {
   sim: 2,
   // The sim's advice: ~0.1 for 90k-token work, so the few real ms each request costs
@@ -167,8 +167,9 @@ export const SMALL: Sizes = {
     agents: 2,
     agent: { contextTokens: 4_000, turns: 4, turnTokens: 800, replyTokens: 16, systemTokens: 800 },
     burst: { size: 4, systemTokens: 400, taskTokens: 500, replyTokens: 16 },
+    // Two agents of four turns take ~10–20 s on two CPU llama-servers: both bursts meet them.
     bursts: 2,
-    everyS: 15,
+    everyS: 6,
     toolS: [0.5, 2.5],
   },
   shared: { docs: 6, docTokens: 2_000, tailTokens: 100, requests: 24, rate: 0.5, replyTokens: 8, seed: 1 },

@@ -280,10 +280,9 @@ const DRIVERS: Record<WorkloadName, Driver> = {
           (turn) => pauses[a]![turn - 1]!,
         );
       }),
-    ).then((all) => {
-      allStarted();
-      return all.flat();
-    });
+    )
+      .finally(allStarted)
+      .then((all) => all.flat());
     const burstRuns = (async () => {
       await started;
       const t0 = ctx.now();
@@ -294,6 +293,8 @@ const DRIVERS: Record<WorkloadName, Driver> = {
         }),
       );
     })();
+    // Awaited after the agents; marked handled now, so a failing burst is not reported as unhandled meanwhile.
+    burstRuns.catch(() => undefined);
     const samples = await agents;
     const runs = await burstRuns;
     for (const r of runs) samples.push(...r.samples);

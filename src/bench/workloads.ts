@@ -93,11 +93,6 @@ export function newRunId(random: (n: number) => Uint8Array = (n) => crypto.getRa
 }
 
 /**
- * The unique leading line of every prompt of one arm (the measurement advice "salt your corpora"): it
- * opens the first message, so the very first KV block and the router's first prefix link
- * differ between runs and arms, and no arm can hit a cache another one warmed.
- */
-/**
  * Each agent's tool time after each of its turns, in model ms: drawn from the run's id alone
  * (never the arm's), so every arm of a run is offered the same pauses.
  */
@@ -108,6 +103,11 @@ export function toolPauses(run: string, agents: number, turns: number, [lo, hi]:
   return Array.from({ length: agents }, () => Array.from({ length: turns }, () => (lo + (hi - lo) * next()) * 1000));
 }
 
+/**
+ * The unique leading line of every prompt of one arm (the measurement advice "salt your corpora"): it
+ * opens the first message, so the very first KV block and the router's first prefix link
+ * differ between runs and arms, and no arm can hit a cache another one warmed.
+ */
 export function saltLine(run: string, workload: string, arm: string): string {
   return `[bench ${run} ${workload} ${arm}]`;
 }

@@ -97,6 +97,12 @@ const args = {
     description:
       "How prefills at once use the card: arrival = oldest first at the full rate (vllm, sglang: chunked prefill), shared = an equal share each (llamacpp, ollama slots). Default: the engine's",
   },
+  "decode-while-prefilling": {
+    type: "enum",
+    options: ["chunk", "none"],
+    description:
+      "With --prefill-order arrival, what decoding sequences do while a prefill runs: chunk = one token per step with a prefill chunk (vllm), none = wait until no prefill is left (sglang without --enable-mixed-chunk). Default: the engine's",
+  },
   "kv-unified": { type: "boolean", description: "llamacpp, ollama: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
   "cache-idle-slots": { type: "boolean", description: "llamacpp, ollama: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp, ollama: do not save idle slots", default: true },
   "cache-prompt": { type: "boolean", description: "llamacpp, ollama: reuse cached prompts", negativeDescription: "llamacpp, ollama: reuse nothing (llama-server --no-cache-prompt; same as --no-prefix-cache)", default: true },
@@ -132,6 +138,9 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
     cacheIdleSlots: parsed["cache-idle-slots"] !== false,
     verbose: parsed.verbose === true,
     ...(parsed["prefill-order"] === undefined ? {} : { prefillOrder: String(parsed["prefill-order"]) as SimOptions["prefillOrder"] }),
+    ...(parsed["decode-while-prefilling"] === undefined
+      ? {}
+      : { decodeWhilePrefilling: String(parsed["decode-while-prefilling"]) as SimOptions["decodeWhilePrefilling"] }),
   };
   for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {
     const value = parsed[flag];

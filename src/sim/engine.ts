@@ -2,11 +2,13 @@
  * The simulated engine: a continuous-batching scheduler over a vLLM-style KV pool.
  *
  * Time is a fluid model in "model seconds" (real ms / 1000 / timeScale):
- * - every sequence that is prefilling gets an equal share of `prefillTps`; its work is its
- *   uncached tokens plus `cachedTokenCost` × its cached tokens (attention over the cached
- *   context is not free), so TTFT = queueing + shared prefill of what is not cached;
+ * - sequences prefilling at once use `prefillTps` as `prefillOrder` says (fluid.ts): oldest
+ *   admitted first (vLLM, SGLang) or an equal share each; a prefill's work is its uncached
+ *   tokens plus `cachedTokenCost` × its cached tokens (attention over the cached context is
+ *   not free), so TTFT = queueing + prefill of what is not cached;
  * - prefill completion emits the first token; then each sequence decodes at
- *   `decodeTps / (1 + decodeBatchSlowdown · (running − 1))`;
+ *   `decodeTps / (1 + decodeBatchSlowdown · (running − 1))`, in admission order slower or
+ *   not at all while a prefill runs (`decodeWhilePrefilling`);
  * - a waiting request is admitted (FCFS, head-of-line) when a slot is free (`maxSeqs`) and
  *   the pool can give it every block of its prompt; cached leading blocks are reused;
  * - a decoding sequence that needs a block when none is free preempts the most recently

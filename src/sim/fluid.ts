@@ -5,9 +5,10 @@
  * - prefill work is served as `prefillOrder` says: in admission order, one sequence at a
  *   time at the full `prefillTps` (vLLM's and SGLang's chunked prefill, the oldest request's
  *   chunk first in every step's token budget), or shared, every sequence prefilling at once
- *   getting an equal share. In admission order a decoding sequence shares each step with a
- *   `prefillChunkTokens` chunk while any prefill runs, so it makes one token per step of
- *   (chunk ÷ prefillTps + its own decode time);
+ *   getting an equal share. In admission order, while any prefill runs, a decoding sequence
+ *   either shares each step with a `prefillChunkTokens` chunk, making one token per step of
+ *   (chunk ÷ prefillTps + its own decode time) (`decodeWhilePrefilling` chunk: vLLM), or
+ *   waits (none: SGLang);
  * - a decoding sequence makes one token per `1 / (decodeTps / (1 + decodeBatchSlowdown ·
  *   (running − 1)))` model seconds;
  * - the engine processes events in model-time order up to "now" whenever it is woken, and
@@ -33,7 +34,10 @@ export interface FluidSequence {
   decodeFrac: number;
 }
 
-export type FluidOptions = Pick<EngineOptions, "prefillTps" | "prefillOrder" | "prefillChunkTokens" | "decodeTps" | "decodeBatchSlowdown" | "timeScale" | "minTickMs">;
+export type FluidOptions = Pick<
+  EngineOptions,
+  "prefillTps" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling" | "decodeTps" | "decodeBatchSlowdown" | "timeScale" | "minTickMs"
+>;
 
 export interface FluidEvent<S extends FluidSequence = FluidSequence> {
   /** Model seconds (Infinity if nothing runs). */
@@ -57,7 +61,7 @@ export function fluidRates(running: readonly FluidSequence[], o: FluidOptions): 
   return {
     // `running` is in admission order: the oldest prefill has the card.
     prefill: (seq) => (seq === head ? o.prefillTps : 0),
-    decode: head ? 1 / (1 / decode + o.prefillChunkTokens / o.prefillTps) : decode,
+    decode: !head ? decode : o.decodeWhilePrefilling === "none" ? 0 : 1 / (1 / decode + o.prefillChunkTokens / o.prefillTps),
   };
 }
 
@@ -73,7 +77,10 @@ export function nextFluidEvent<S extends FluidSequence>(running: readonly S[], m
       const rate = prefill(seq);
       if (rate === 0) continue;
       dt = Math.max(0, seq.prefillWork - seq.prefillDone) / rate;
-    } else dt = Math.max(0, 1 - seq.decodeFrac) / decode;
+    } else {
+      if (decode === 0) continue;
+      dt = Math.max(0, 1 - seq.decodeFrac) / decode;
+    }
     if (dt < best) {
       best = dt;
       bestIsPrefill = seq.state === "prefill";

@@ -34,6 +34,14 @@ export interface EngineOptions {
    * sequence waits for one such chunk per token while prefills run.
    */
   prefillChunkTokens: number;
+  /**
+   * In `arrival` order, what decoding sequences do while a prefill runs: `chunk` — one token
+   * per step, each step also computing a `prefillChunkTokens` chunk (vLLM schedules decodes
+   * and prefill chunks in one step); `none` — nothing until no prefill is left (SGLang's
+   * scheduler.py get_next_batch_to_run: "Run prefill first if possible", decode only when no
+   * prefill batch can be formed, unless --enable-mixed-chunk). The engine profile sets it.
+   */
+  decodeWhilePrefilling: "chunk" | "none";
   /** Cost of one cached prompt token relative to an uncached one (attention over the cached context). */
   cachedTokenCost: number;
   /** Decode speed of one sequence alone, tokens/s. */
@@ -150,7 +158,7 @@ export type ProfileName = "3090" | "tiny";
  * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
  * tests stay quick at `timeScale` 1.
  */
-export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens">> = {
+export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling">> = {
   "3090": {
     kvTokens: 122_636,
     blockTokens: 16,
@@ -187,6 +195,7 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   // The engine profile's order wins (resolveSimOptions); this is for an unknown engine name.
   prefillOrder: "shared",
   prefillChunkTokens: 2048,
+  decodeWhilePrefilling: "chunk",
   parallel: -1,
   kvUnified: false,
   cacheRam: 8192,
@@ -222,7 +231,15 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
   const engine = given.engine ?? BASE.engine;
   const family = isEngineProfileName(engine) ? engineProfile(engine) : undefined;
   const slotDefaults = family?.slotDefaults;
-  const options: SimOptions = { ...BASE, ...PROFILES[profile], prefillOrder: family?.prefillOrder ?? BASE.prefillOrder, ...slotDefaults, ...given, profile };
+  const options: SimOptions = {
+    ...BASE,
+    ...PROFILES[profile],
+    prefillOrder: family?.prefillOrder ?? BASE.prefillOrder,
+    decodeWhilePrefilling: family?.decodeWhilePrefilling ?? BASE.decodeWhilePrefilling,
+    ...slotDefaults,
+    ...given,
+    profile,
+  };
   const problems = validate(options);
   if (problems.length > 0) throw new LlmrouteError("usage", `sim: ${problems.join("; ")}`);
   if (slotDefaults) return resolveSlots(options);
@@ -285,6 +302,7 @@ function validate(o: SimOptions): string[] {
   positive("prefillTps");
   need(o.prefillOrder === "arrival" || o.prefillOrder === "shared", "prefill-order", o.prefillOrder, "must be arrival or shared");
   positiveInt("prefillChunkTokens");
+  need(o.decodeWhilePrefilling === "chunk" || o.decodeWhilePrefilling === "none", "decode-while-prefilling", o.decodeWhilePrefilling, "must be chunk or none");
   nonNegative("cachedTokenCost");
   positive("decodeTps");
   nonNegative("decodeBatchSlowdown");

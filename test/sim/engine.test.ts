@@ -70,10 +70,25 @@ describe("SimEngine timing", () => {
     expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
   });
 
+  it("decode_while_prefilling none (SGLang runs prefill first): a decoding sequence waits until no prefill is left", async () => {
+    const { clock, engine } = setup({ decodeWhilePrefilling: "none" });
+    const a = engine.submit({ prompt: text(100, "a"), maxTokens: 3, finishReason: "length" });
+    const b = engine.submit({ prompt: text(500, "b"), maxTokens: 1, finishReason: "length" });
+    clock.runUntilIdle();
+    const ra = await a.done;
+    expect(ra.ttftModelMs).toBeCloseTo(100, 6);
+    // a's two more tokens only after b's prefill (100 → 600 ms), 10 ms each.
+    expect(ra.durationMs).toBeCloseTo(620, 6);
+    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+  });
+
   it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
     const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
     expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
     expect(order("vllm", { prefillOrder: "shared" })).toBe("shared");
+    const decode = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).decodeWhilePrefilling;
+    expect([decode("vllm"), decode("sglang")]).toEqual(["chunk", "none"]);
+    expect(() => resolveSimOptions({ decodeWhilePrefilling: "some" as SimOptions["decodeWhilePrefilling"] })).toThrow(/decode-while-prefilling = "some": must be chunk or none/);
     expect(() => resolveSimOptions({ prefillOrder: "lifo" as SimOptions["prefillOrder"] })).toThrow(/prefill-order = "lifo": must be arrival or shared/);
     expect(() => resolveSimOptions({ prefillChunkTokens: 0 })).toThrow(/prefill-chunk-tokens = 0: must be a positive integer/);
   });

@@ -156,6 +156,10 @@ export const sglangProfile: EngineProfile = {
   // (`--schedule-policy`, fcfs by default in server_args.py) fills what is left of
   // `--chunked-prefill-size`: prefills are served in arrival order.
   prefillOrder: "arrival",
+  // scheduler.py get_next_batch_to_run: "Run prefill first if possible" — a step is a
+  // prefill batch whenever one can be formed, a decode batch only otherwise (without
+  // --enable-mixed-chunk): decoding sequences wait while prefills remain.
+  decodeWhilePrefilling: "none",
   reasoningField: "reasoning_content",
   resolveModel: (requested) => requested ?? "default",
   streamUsage: (so) => isRecord(so) && so.include_usage === true,

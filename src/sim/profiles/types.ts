@@ -102,6 +102,8 @@ export interface EngineProfile {
   readonly slotDefaults?: Partial<LlamaCppOptions>;
   /** How requests prefilling at once share the card (options.ts EngineOptions.prefillOrder), with its source beside it. */
   readonly prefillOrder: PrefillOrder;
+  /** In arrival order, whether decodes share the steps that compute prefill chunks (options.ts), with its source; default chunk. */
+  readonly decodeWhilePrefilling?: SimOptions["decodeWhilePrefilling"];
   /** Name of the reasoning field in messages and deltas. */
   readonly reasoningField: "reasoning_content" | "reasoning";
   /**

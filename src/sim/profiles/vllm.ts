@@ -139,6 +139,9 @@ export function vllmProfile(details: boolean): EngineProfile {
     // on in V1) therefore serves prefills oldest first, one budget after another: a short
     // turn arriving behind long prompts waits for them.
     prefillOrder: "arrival",
+    // The same loop schedules every running decode (one token each) and the prefill chunks
+    // in one step: decodes go on, one token per step.
+    decodeWhilePrefilling: "chunk",
     reasoningField: "reasoning_content",
     resolveModel(requested, served) {
       if (requested !== undefined && requested !== served) {
