@@ -138,9 +138,9 @@ export function leastLoaded(replicas: readonly ReplicaView[], ctx: PolicyContext
  * Prefill tokens the replica computes before a new request of `work` tokens has its first
  * token. Engines that prefill several requests at once share their compute between them
  * (llama.cpp's slots): the new request then waits only for as much of each other prefill
- * as its own size,
- * Σ min(Wᵢ, work) — a short cached turn is not stuck behind long cold prompts, as it would
- * be in a first-come queue. Beyond the engine's concurrency, and for the queue that is not
+ * as its own size, Σ min(Wᵢ, work) — a short cached turn is not stuck behind long cold
+ * prompts, as it would be in a first-come queue (vLLM's and SGLang's chunked prefill, which
+ * serve prefills oldest first). Beyond the engine's concurrency, and for the queue that is not
  * itemised (the engine's own waiting requests, other routers'), it waits for all of it.
  */
 export function prefillAhead(r: Pick<ReplicaView, "queuedTokens" | "queue" | "concurrency">, work: number): number {
