@@ -55,9 +55,11 @@ export function fluidRates(running: readonly FluidSequence[], o: FluidOptions): 
     prefilling++;
     head ??= seq;
   }
-  const shared = prefilling === 0 ? 0 : o.prefillTps / prefilling;
   const decode = o.decodeTps / (1 + o.decodeBatchSlowdown * Math.max(0, running.length - 1));
-  if (o.prefillOrder !== "arrival") return { prefill: () => shared, decode };
+  if (o.prefillOrder !== "arrival") {
+    const shared = prefilling === 0 ? 0 : o.prefillTps / prefilling;
+    return { prefill: () => shared, decode };
+  }
   return {
     // `running` is in admission order: the oldest prefill has the card.
     prefill: (seq) => (seq === head ? o.prefillTps : 0),
@@ -72,15 +74,10 @@ export function nextFluidEvent<S extends FluidSequence>(running: readonly S[], m
   let bestIsPrefill = false;
   let bestSeq: S | undefined;
   for (const seq of running) {
-    let dt: number;
-    if (seq.state === "prefill") {
-      const rate = prefill(seq);
-      if (rate === 0) continue;
-      dt = Math.max(0, seq.prefillWork - seq.prefillDone) / rate;
-    } else {
-      if (decode === 0) continue;
-      dt = Math.max(0, 1 - seq.decodeFrac) / decode;
-    }
+    // A rate of 0 (a prefill waiting its turn, a decode waiting for prefills) has no event.
+    const rate = seq.state === "prefill" ? prefill(seq) : decode;
+    if (rate === 0) continue;
+    const dt = (seq.state === "prefill" ? Math.max(0, seq.prefillWork - seq.prefillDone) : Math.max(0, 1 - seq.decodeFrac)) / rate;
     if (dt < best) {
       best = dt;
       bestIsPrefill = seq.state === "prefill";

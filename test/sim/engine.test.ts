@@ -60,59 +60,47 @@ describe("SimEngine timing", () => {
     expect(other.ttftModelMs).toBeCloseTo(100 + 40, 6);
   });
 
-  it("serves prefills in arrival order by default (vLLM's and SGLang's chunked prefill): the second prompt's first token after the first's", async () => {
-    const { clock, engine } = setup();
-    expect(resolveSimOptions(SMALL).prefillOrder).toBe("arrival");
-    const a = engine.submit({ prompt: text(300, "a"), maxTokens: 1, finishReason: "length" });
-    const b = engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
+  /** Two prompts submitted at once; their results. */
+  async function twoAtOnce(overrides: Partial<SimOptions>, a: { tokens: number; maxTokens: number }, b: { tokens: number }) {
+    const { clock, engine } = setup(overrides);
+    const first = engine.submit({ prompt: text(a.tokens, "a"), maxTokens: a.maxTokens, finishReason: "length" });
+    const second = engine.submit({ prompt: text(b.tokens, "b"), maxTokens: 1, finishReason: "length" });
     clock.runUntilIdle();
-    expect((await a.done).ttftModelMs).toBeCloseTo(300, 6);
-    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+    return [await first.done, await second.done] as const;
+  }
+
+  it.each([
+    ["arrival (the default profile's: vLLM's and SGLang's chunked prefill): the second prompt's first token after the first's", {}, 300],
+    ["shared (llama.cpp's and Ollama's slots): two prompts at once both take twice as long as one alone", { prefillOrder: "shared" }, 600],
+  ] as const)("prefill_order %s", async (_what, overrides, firstTtft) => {
+    const [a, b] = await twoAtOnce(overrides, { tokens: 300, maxTokens: 1 }, { tokens: 300 });
+    expect(a.ttftModelMs).toBeCloseTo(firstTtft, 6);
+    expect(b.ttftModelMs).toBeCloseTo(600, 6);
   });
 
-  it("decode_while_prefilling none (SGLang runs prefill first): a decoding sequence waits until no prefill is left", async () => {
-    const { clock, engine } = setup({ decodeWhilePrefilling: "none" });
-    const a = engine.submit({ prompt: text(100, "a"), maxTokens: 3, finishReason: "length" });
-    const b = engine.submit({ prompt: text(500, "b"), maxTokens: 1, finishReason: "length" });
-    clock.runUntilIdle();
-    const ra = await a.done;
-    expect(ra.ttftModelMs).toBeCloseTo(100, 6);
+  it.each([
+    // a's two more tokens while b prefills (100 → 600 ms): each takes 10 ms of decode + a
+    // 100-token chunk (100 ms) = 110 ms, so a ends at 320 ms.
+    ["chunk (vLLM): one token per step of a prefill chunk", { prefillChunkTokens: 100 }, 320],
     // a's two more tokens only after b's prefill (100 → 600 ms), 10 ms each.
-    expect(ra.durationMs).toBeCloseTo(620, 6);
-    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
+    ["none (SGLang runs prefill first): nothing until no prefill is left", { decodeWhilePrefilling: "none" }, 620],
+  ] as const)("in arrival order, while a prefill runs, decode_while_prefilling %s", async (_what, overrides, aEndsAt) => {
+    const [a, b] = await twoAtOnce(overrides, { tokens: 100, maxTokens: 3 }, { tokens: 500 });
+    expect(a.ttftModelMs).toBeCloseTo(100, 6);
+    expect(a.durationMs).toBeCloseTo(aEndsAt, 6);
+    expect(b.ttftModelMs).toBeCloseTo(600, 6);
   });
 
   it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
     const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
     expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
+    expect(resolveSimOptions(SMALL).prefillOrder).toBe("arrival");
     expect(order("vllm", { prefillOrder: "shared" })).toBe("shared");
     const decode = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).decodeWhilePrefilling;
     expect([decode("vllm"), decode("sglang")]).toEqual(["chunk", "none"]);
     expect(() => resolveSimOptions({ decodeWhilePrefilling: "some" as SimOptions["decodeWhilePrefilling"] })).toThrow(/decode-while-prefilling = "some": must be chunk or none/);
     expect(() => resolveSimOptions({ prefillOrder: "lifo" as SimOptions["prefillOrder"] })).toThrow(/prefill-order = "lifo": must be arrival or shared/);
     expect(() => resolveSimOptions({ prefillChunkTokens: 0 })).toThrow(/prefill-chunk-tokens = 0: must be a positive integer/);
-  });
-
-  it("prefill_order shared (llama.cpp's and Ollama's slots): two prompts at once both take twice as long as one alone", async () => {
-    const { clock, engine } = setup({ prefillOrder: "shared" });
-    const a = engine.submit({ prompt: text(300, "a"), maxTokens: 1, finishReason: "length" });
-    const b = engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
-    clock.runUntilIdle();
-    expect((await a.done).ttftModelMs).toBeCloseTo(600, 6);
-    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
-  });
-
-  it("in arrival order a decoding sequence makes one token per step of a prefill chunk while a prefill runs", async () => {
-    const { clock, engine } = setup({ prefillChunkTokens: 100 });
-    const a = engine.submit({ prompt: text(100, "a"), maxTokens: 3, finishReason: "length" });
-    const b = engine.submit({ prompt: text(500, "b"), maxTokens: 1, finishReason: "length" });
-    clock.runUntilIdle();
-    const ra = await a.done;
-    expect(ra.ttftModelMs).toBeCloseTo(100, 6);
-    // a's two more tokens while b prefills (100 → 600 ms): each takes 10 ms of decode + a
-    // 100-token chunk (100 ms) = 110 ms, so a ends at 320 ms, b's first token at 600.
-    expect(ra.durationMs).toBeCloseTo(320, 6);
-    expect((await b.done).ttftModelMs).toBeCloseTo(600, 6);
   });
 
   it("a burst of 16 on one replica takes twice the prefill time of the same burst split over two", async () => {
