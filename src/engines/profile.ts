@@ -109,6 +109,12 @@ export interface EngineProfile {
    * replica's queue with it: src/route/policy.ts prefillAhead).
    */
   prefillConcurrency(capacity: Capacity | undefined): number;
+  /**
+   * The engine looks a waiting request's prefix up in its cache when it starts the request's
+   * prefill, in arrival order, not when the request arrives: one queued behind the prefill
+   * of its prefix finds that prefix cached (the router counts such a match as settled).
+   */
+  matchedWhenScheduled?: boolean;
   /** The flag that turns /metrics on, when it is off by default. */
   metricsFlag?: string;
   /** Endpoints that say the version: path and how to read it. */

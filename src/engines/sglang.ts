@@ -59,6 +59,10 @@ export const SGLANG: EngineProfile = {
   // order (fcfs by default, server_args.py) fills what is left of --chunked-prefill-size: a
   // new request waits for the prefills sent before it (a first-come queue).
   prefillConcurrency: () => 1,
+  // The same function matches each waiting request against the radix tree
+  // (`req.init_next_round_input(self.tree_cache)`) as it adds it to the batch; a chunked
+  // request's computed part is in the tree already (`cache_unfinished_req`).
+  matchedWhenScheduled: true,
   metricsFlag: "--enable-metrics",
   // http_server.py GET /get_server_info carries "version" (with the server args).
   version: { path: "/get_server_info", read: (b) => stringField(b, "version") },

@@ -78,6 +78,10 @@ export const VLLM: EngineProfile = {
   // a waiting request only with budget left: chunked prefill (on in V1) serves prefills
   // oldest first, so a new request waits for every prefill sent before it (a first-come queue).
   prefillConcurrency: () => 1,
+  // The same function takes a waiting request, and calls kv_cache_manager.get_computed_blocks
+  // for it, only with budget left after the running requests' chunks — whose blocks are
+  // cached as they are allocated (KVCacheManager.allocate_slots → cache_blocks).
+  matchedWhenScheduled: true,
   // vllm/entrypoints/openai/api_server.py `show_version`: GET /version → {"version": "…"}.
   version: { path: "/version", read: (b) => stringField(b, "version") },
 };

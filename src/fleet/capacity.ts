@@ -45,7 +45,7 @@ function placementAdvice(policy: string): string {
   const instead = 'hybrid (routing.policy = "hybrid", the default) would keep each conversation on one card and place new ones on a card with KV room.';
   switch (policy) {
     case "hybrid":
-      return "The running policy, hybrid, already puts a new conversation on a card with KV room and copies a shared prefix only when its holder is far behind: an overflow that lasts comes from conversations that grew on the card they are pinned to.";
+      return "The running policy, hybrid, already puts a new conversation on a card with KV room, moves a conversation its card no longer keeps between turns to a card that does, and copies a shared prefix only when its holder is far behind: an overflow that lasts comes from conversations that grew where no card has room for them.";
     case "cache-aware":
       return `The running policy, cache-aware, follows a long cached match wherever it is and sends the rest to the card with the smallest working set, blind to how much room a new conversation needs; ${instead}`;
     case "hybrid-plain":

@@ -220,6 +220,7 @@ export class Replica {
       // How the engine schedules prefills, once its family is known (else a first-come queue).
       ...(this.profile ? { queue: this.prefill.pendingTokens(), concurrency: this.profile.prefillConcurrency(this.facts?.capacity) } : {}),
       ...(pendingSince === undefined ? {} : { pendingSince }),
+      ...(this.profile?.matchedWhenScheduled ? { matchedWhenScheduled: true } : {}),
       ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
     };
   }

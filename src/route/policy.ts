@@ -10,13 +10,14 @@ import type { RequestShape } from "./shape.ts";
 
 /**
  * Why a replica was chosen; sent to the client as `x-llmroute-route`.
- * pin: a continuation to the replica holding its conversation · cache: a one-shot to the
+ * pin: a continuation to the replica holding its conversation · room: a continuation moved
+ * off a card whose KV no longer keeps it between turns, to one that does · cache: a one-shot to the
  * replica holding its long prefix (a shared document) · session: to the replica of its
  * session key · spread: the counter · cost: away from the rule's pick, whose queue made it
  * slower than prefilling elsewhere · spill: over max_inflight · sticky: a Responses API
  * follow-up to the replica holding its state · hash / load / random: the other policies.
  */
-export type RouteReason = "pin" | "cache" | "session" | "spread" | "cost" | "spill" | "hash" | "load" | "random" | "sticky";
+export type RouteReason = "pin" | "room" | "cache" | "session" | "spread" | "cost" | "spill" | "hash" | "load" | "random" | "sticky";
 
 /** What a policy sees of one replica. */
 export interface ReplicaView {
@@ -75,6 +76,12 @@ export interface PolicyContext {
   totalChars: number;
   /** The request carries an earlier turn (or extends a completions prompt served before). */
   continuation: boolean;
+  /**
+   * Characters of other prefixes a replica was sent after `after` (ms), not counting this
+   * request's own: what competed with them in its LRU cache since then (their reuse distance).
+   * Counting may stop once past `limitChars`.
+   */
+  sentSince(replica: string, after: number, limitChars?: number): number;
   /** The replica that last served this request's session key, if any. */
   sessionReplica?: string;
   cacheAware: CacheAwareOptions;

@@ -265,6 +265,26 @@ export class PrefixIndex {
   }
 
   /**
+   * The characters of other prefixes `replica` was sent after `after` (ms): `distance` without
+   * the links of `chains` themselves (a shared system prompt touched by another conversation is
+   * still this one's). What competes with those chains for an LRU cache until their next use.
+   * Stops counting past `limitChars` (a busy replica's walk is cut short).
+   */
+  sentSince(replica: string, after: number, chains: readonly PrefixChain[], limitChars = Infinity): number {
+    const r = this.ids.get(replica);
+    if (r === undefined) return 0;
+    let own = 0;
+    for (const chain of chains) {
+      for (let i = 0; i < chain.length; i++) {
+        const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
+        if (e === NIL) break;
+        if (this.last[e]! > after) own += this.delta[e]!;
+      }
+    }
+    return this.distance(replica, after, Infinity, limitChars + own).chars - own;
+  }
+
+  /**
    * The longest prefix of `chain` that `replica` is remembered to have been sent, held within
    * its budget or not: what an engine that kept more than the budget says could deliver.
    */

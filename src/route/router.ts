@@ -52,6 +52,11 @@ export interface RouterSink {
 export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
   /** Commit time (ms) of the oldest request sent here that has not reached its first byte. */
   pendingSince?: number;
+  /**
+   * The engine looks a request's prefix up when it starts its prefill, first-come (vLLM,
+   * SGLang): a request queued behind the prefill of its prefix finds it cached.
+   */
+  matchedWhenScheduled?: boolean;
   /** Tokens per block the engine caches (1 = token by token): a shortfall within it is rounding. */
   blockTokens?: number;
   /**
@@ -72,7 +77,7 @@ export interface RouteEstimate {
   capturedChars: number;
   /** When the chosen replica last used what matched (0 = nothing matched). */
   matchedAt: number;
-  /** The match was computed before this decision (no earlier request to it is still prefilling). */
+  /** The match will be computed when the engine starts this request (no earlier request to it is still prefilling, or the engine looks it up only then). */
   settled: boolean;
   /** The chosen replica's characters per token, to turn the above into tokens. */
   charsPerToken: number;
@@ -192,7 +197,7 @@ export class Router {
   /** Choose a replica among `fleet` (already narrowed to the request's model), or none. */
   route(input: RouteInput, fleet: readonly FleetView[], now: number = Date.now()): Routed | undefined {
     this.index.advance(now);
-    const replicas: ReplicaView[] = fleet.map(({ pendingSince: _p, blockTokens: _b, slots: _s, busyWith: _w, ...r }) => ({
+    const replicas: ReplicaView[] = fleet.map(({ pendingSince: _p, matchedWhenScheduled: _m, blockTokens: _b, slots: _s, busyWith: _w, ...r }) => ({
       ...r,
       cachedChars: this.index.workingSetChars(r.name),
       recentChars: this.index.recentChars(r.name),
@@ -203,10 +208,12 @@ export class Router {
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
-      // A prefix another request is still prefilling is not cached yet; on an engine that keeps
-      // one prompt per slot, not while that request runs (its slot is busy, another slot has
-      // its own KV: a burst does not share).
-      const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
+      // A prefix another request is still prefilling is not cached yet — unless the engine
+      // looks it up only when this request's turn comes, after that prefill (vLLM, SGLang:
+      // first-come); on an engine that keeps one prompt per slot, not while that request runs
+      // (its slot is busy, another slot has its own KV: a burst does not share).
+      const settled =
+        (view.matchedWhenScheduled === true || view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
       // A continuation that adds a user turn: where this replica's template has been seen to
       // end the cache, the hit it will really deliver.
       const breaks = continuation && m.chars > 0 && input.shape.sequences.length === 1 ? breakPoints(input.shape.sequences[0]!, m.chars) : undefined;
@@ -247,6 +254,7 @@ export class Router {
       random: this.random,
       hash: (text) => hex64(this.hasher.hash(text, 0n)),
       matches: () => matches,
+      sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
       totalChars,
       continuation,
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),

@@ -127,6 +127,69 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
   });
 });
 
+describe("hybrid: a card that no longer keeps its conversations", () => {
+  const budget = 122_636 * TOKEN;
+  /** A family: a long first prompt, then turns of `turnTokens` tool output each. */
+  const family = (f: number, tokens: number) => {
+    const messages = [{ role: "user" as const, content: words(tokens, `family ${f}`) }] as { role: "user" | "assistant"; content: string }[];
+    return {
+      turn(i: number, turnTokens = 1_000) {
+        if (i > 1) messages.push({ role: "assistant", content: `answer ${i}` }, { role: "user", content: words(turnTokens, `family ${f} tool output ${i}`) });
+        return chat([...messages]);
+      },
+    };
+  };
+
+  it("two conversations outgrowing one card while the other card is idle: the next turn moves (room), once", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const [f0, f1, f2] = [family(0, 80_000), family(1, 64_000), family(2, 54_000)];
+    expect(send(r, f0.turn(1), replicas, 0)!.replica).toBe("gpu0");
+    expect(send(r, f1.turn(1), replicas, 1)!.replica).toBe("gpu1");
+    expect(send(r, f2.turn(1), replicas, 2)!.replica).toBe("gpu1"); // 64k + 54k fit gpu1's 122.6k
+    // f0 is done; f1 and f2 take turns on gpu1, 1,000 tokens more each turn.
+    const picks: string[] = [];
+    for (let i = 2; i <= 6; i++) {
+      for (const [f, conv] of [[1, f1], [2, f2]] as const) picks.push(`f${f}.${i} ${Object.values(choice(send(r, conv.turn(i), replicas, 10 * i + f))!).join(" ")}`);
+    }
+    // While 64k + 54k and their turns fit 122.6k, both stay pinned. f1's fourth turn takes
+    // gpu1 over its KV; the next turn there, f2's, was not kept since its last one (f1's 67k
+    // came in between): it moves to gpu0, sent nothing since, and stays there.
+    expect(picks).toEqual([
+      "f1.2 gpu1 pin", "f2.2 gpu1 pin", "f1.3 gpu1 pin", "f2.3 gpu1 pin",
+      "f1.4 gpu1 pin", "f2.4 gpu0 room", "f1.5 gpu1 pin", "f2.5 gpu0 pin", "f1.6 gpu1 pin", "f2.6 gpu0 pin",
+    ]);
+  });
+
+  it("no move while the other card is as busy: both cards over their KV, the conversations stay pinned", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const [f0, f1, f2] = [family(0, 80_000), family(1, 64_000), family(2, 54_000)];
+    send(r, f0.turn(1), replicas, 0);
+    send(r, f1.turn(1), replicas, 1);
+    send(r, f2.turn(1), replicas, 2);
+    const reasons = new Set<string>();
+    for (let i = 2; i <= 6; i++) {
+      // f0 keeps working on gpu0: 80k sent there between every two turns of f1 and f2.
+      send(r, f0.turn(i), replicas, 10 * i);
+      for (const [f, conv] of [[1, f1], [2, f2]] as const) reasons.add(choice(send(r, conv.turn(i), replicas, 10 * i + f))!.reason);
+    }
+    expect([...reasons]).toEqual(["pin"]);
+  });
+
+  it("a card with no KV known never moves a conversation", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const [f1, f2] = [family(1, 64_000), family(2, 54_000)];
+    send(r, f1.turn(1), [replicas[1]!], 1);
+    send(r, f2.turn(1), [replicas[1]!], 2);
+    for (let i = 2; i <= 6; i++) {
+      expect(choice(send(r, f1.turn(i), replicas, 10 * i + 1))).toEqual({ replica: "gpu1", reason: "pin" });
+      expect(choice(send(r, f2.turn(i), replicas, 10 * i + 2))).toEqual({ replica: "gpu1", reason: "pin" });
+    }
+  });
+});
+
 describe("hybrid: the queue priced as the engine schedules it", () => {
   it("prefillAhead: an engine that shares its prefill compute makes a short request wait for as much of each other prefill as its own size", async () => {
     const { prefillAhead } = await import("../../src/route/policy.ts");

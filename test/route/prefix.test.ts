@@ -482,3 +482,27 @@ describe("property: the index keeps its invariants", () => {
     );
   });
 });
+
+describe("PrefixIndex.sentSince: what competed with a prompt since its last use", () => {
+  it("counts other prompts sent after then, not the prompt's own links (a shared system prompt included), and stops past the limit", () => {
+    const idx = index();
+    const system = { role: "system" as const, content: "s".repeat(2_000) };
+    const mine = only(chat([system, { role: "user", content: "m".repeat(3_000) }]));
+    const theirs = only(chat([system, { role: "user", content: "t".repeat(5_000) }]));
+    const older = only(chat([{ role: "user", content: "o".repeat(1_000) }]));
+    idx.record(older, "gpu0", 1);
+    idx.record(mine, "gpu0", 2);
+    idx.record(theirs, "gpu0", 3);
+    const theirsOwn = chainChars(theirs) - chainChars(only(chat([system])));
+    // After 2: theirs (its own user message; the system prompt it touched is mine too).
+    expect(idx.sentSince("gpu0", 2, [mine])).toBe(theirsOwn);
+    // After 0: the older prompt as well.
+    expect(idx.sentSince("gpu0", 0, [mine])).toBe(theirsOwn + chainChars(older));
+    // Another replica was sent nothing.
+    expect(idx.sentSince("gpu1", 0, [mine])).toBe(0);
+    // Past the limit the walk stops: at least the limit, at most everything.
+    const capped = idx.sentSince("gpu0", 0, [mine], 100);
+    expect(capped).toBeGreaterThan(100);
+    expect(capped).toBeLessThanOrEqual(theirsOwn + chainChars(older));
+  });
+});

@@ -84,6 +84,22 @@ describe("feedback: the engine's cached_tokens correct the index", () => {
     expect(r.index.match(long("doc").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
   });
 
+  it("on a first-come engine (vLLM, SGLang) a request queued behind the prefill of its prefix is settled", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    send(r, long("doc"), replicas, 5);
+    // The engine looks the prefix up when this request's turn comes, after that prefill.
+    replicas[0]!.pendingSince = 5;
+    replicas[0]!.matchedWhenScheduled = true;
+    const sibling = send(r, long("doc"), replicas, 6)!;
+    expect(sibling.replica).toBe("gpu0");
+    expect(sibling.estimate.settled).toBe(true);
+    // Its queue grows by what is not cached there: nothing of this prompt.
+    expect(sibling.estimate.uncachedTokens).toBe(0);
+    // A shortfall then is judged like any other.
+    expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("miss");
+  });
+
   it("an engine that never delivers a predicted hit is not believed (its cache may be off)", () => {
     const r = router("hybrid");
     const replicas = fleet(1);

@@ -9,6 +9,7 @@ import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouterInProcess, startSimInProcess } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
+import { until } from "../helpers/wait.ts";
 
 afterEach(killAll);
 afterAll(killAll);
@@ -138,5 +139,30 @@ describe("a replica that computed nothing is not believed to hold the prompt", (
     expect(metric(metrics, "llmroute_cache_predictions_total", { replica: "gpu0", verdict: "miss" })).toBe(0);
     expect(metric(metrics, "llmroute_index_corrections_total", { replica: "gpu0" })).toBe(0);
     expect((await statusOf(router.url)).replicas[0]!.index_entries).toBeGreaterThan(before);
+  });
+});
+
+describe("a first-come engine looks the prefix up when it starts the request", () => {
+  it("a request sent while another still prefills its document finds it cached, and the router counts the hit", async () => {
+    // 1,000 prefill tokens a second in real time: a ~1,500-token document takes 1.5 s.
+    const sim = await startSimInProcess("gpu0", { prefillTps: 1000, timeScale: 1 });
+    const router = await startRouterInProcess([sim]);
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
+    await until(async () => ((await status()).replicas[0]!.engine?.family === "vllm" ? true : undefined), "the router's discovery of gpu0's engine");
+    const client = router.client();
+    const salt = crypto.randomUUID();
+    const messages = (q: string) => [
+      { role: "system" as const, content: `${salt} document: ${"lorem ipsum dolor sit amet ".repeat(220)}` },
+      { role: "user" as const, content: q },
+    ];
+    const first = client.chat.completions.create({ model: "sim-model", messages: messages("first question"), max_tokens: 2 });
+    // The second is sent while the first is still prefilling (it has no first byte yet).
+    await until(async () => ((await status()).replicas[0]!.inflight === 1 ? true : undefined), "the first request in flight");
+    const second = await client.chat.completions.create({ model: "sim-model", messages: messages("second question"), max_tokens: 2 });
+    await first;
+    // vLLM V1 looks it up when it schedules it, after the first's prefill: a hit.
+    expect(second.usage?.prompt_tokens_details?.cached_tokens).toBeGreaterThan(1000);
+    // The router judged that prediction (it was settled) and counts the hit.
+    expect((await status()).replicas[0]!.hit.predictions).toEqual({ hit: 1, miss: 0, template: 0, unexpected_hit: 0 });
   });
 });

@@ -91,6 +91,26 @@ describe("SimEngine timing", () => {
     expect(b.ttftModelMs).toBeCloseTo(600, 6);
   });
 
+  it.each([
+    // Looked up when its prefill starts (vLLM's get_computed_blocks, SGLang's radix match):
+    // b finds a's 400 tokens (25 blocks) cached and pays only its own 160 plus 0.1 × 400
+    // cached — and holds no block while it waits.
+    ["arrival: a request queued behind the prefill of its prefix finds it cached", {}, { blocks: 25, aTtft: 400, cached: 400, bTtft: 400 + 160 + 40 }],
+    // Both share the card from the start: b looked up before a had computed anything.
+    ["shared: two prompts prefilling at once each compute the common prefix", { prefillOrder: "shared" }, { blocks: 25 + 35, aTtft: 800, cached: 0, bTtft: 960 }],
+  ] as const)("prefill_order %s", async (_what, overrides, want) => {
+    const { clock, engine } = setup(overrides);
+    const prefix = text(400);
+    const a = engine.submit({ prompt: prefix, maxTokens: 1, finishReason: "length" });
+    const b = engine.submit({ prompt: prefix + text(160, "b"), maxTokens: 1, finishReason: "length" });
+    clock.advance(1);
+    expect(engine.kv().usedBlocks).toBe(want.blocks);
+    clock.runUntilIdle();
+    expect((await a.done).ttftModelMs).toBeCloseTo(want.aTtft, 6);
+    expect((await b.done).cachedTokens).toBe(want.cached);
+    expect((await b.done).ttftModelMs).toBeCloseTo(want.bTtft, 6);
+  });
+
   it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
     const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
     expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
@@ -296,7 +316,8 @@ describe("SimEngine KV pool", () => {
   });
 
   it("holds at most max_seqs sequences running", () => {
-    const { clock, engine } = setup({ maxSeqs: 2 });
+    // Shared prefill order: in arrival order only one is admitted while a prefill runs.
+    const { clock, engine } = setup({ maxSeqs: 2, prefillOrder: "shared" });
     for (const tag of ["a", "b", "c"]) engine.submit({ prompt: text(16, tag), maxTokens: 5, finishReason: "length" });
     clock.advance(1);
     expect(engine.runningCount).toBe(2);

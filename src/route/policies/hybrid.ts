@@ -3,7 +3,8 @@
  * to first token.
  *
  * The rule at heart is the one the project started from (measured on two RTX 3090s): a continuation goes to the replica holding its
- * conversation (pin); a cold one-shot is spread by the counter (spread), so a burst uses
+ * conversation (pin), unless that card no longer keeps it between turns and another would
+ * (room: see `room`); a cold one-shot is spread by the counter (spread), so a burst uses
  * every card. In between: a one-shot whose long prefix — a shared document, a long system
  * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
  * goes there (cache); a request whose session key was served
@@ -52,6 +53,8 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       };
 
       const pick = rulePick(up, ctx, o, estimate);
+      // Priced over the turns to come, not this one: the one re-prefill is the point.
+      if (pick.reason === "room") return pick;
       const picked = up.find((r) => r.name === pick.replica)!;
       const pickCost = estimate(picked);
 
@@ -79,7 +82,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
 
 function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estimate: (r: ReplicaView) => number): Decision {
   const owner = bestMatch(up, ctx);
-  if (owner && ctx.continuation) return { replica: owner.replica.name, reason: "pin" };
+  if (owner && ctx.continuation) return room(owner.replica, owner.match.lastUsed, up, ctx) ?? { replica: owner.replica.name, reason: "pin" };
   const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
   if (owner && long) {
     // Held on several cards (a document served twice): the one that answers first.
@@ -93,6 +96,30 @@ function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estim
   const session = ctx.sessionReplica && up.find((r) => r.name === ctx.sessionReplica);
   if (session) return { replica: session.name, reason: "session" };
   return coldSpread(up, ctx);
+}
+
+/**
+ * A conversation whose card no longer keeps it between turns — what the card was sent since
+ * the conversation's last turn there, plus the conversation, exceeds its KV — is re-prefilled
+ * in part on every turn, and pushes the conversations it shares the card with out in turn:
+ * an LRU cache over a cycle longer than itself. Moved to a card that was sent little enough
+ * over the same time to keep it (the one sent least), it is prefilled once and hits after.
+ * Checked only while the owner's working set is over its KV.
+ */
+function room(owner: ReplicaView, lastTurn: number, up: ReplicaView[], ctx: PolicyContext): Decision | undefined {
+  if (!(owner.recentChars > owner.budgetChars)) return undefined;
+  if (ctx.sentSince(owner.name, lastTurn, owner.budgetChars) + ctx.totalChars <= owner.budgetChars) return undefined;
+  let best: ReplicaView | undefined;
+  let bestSent = Infinity;
+  for (const r of up) {
+    if (r === owner) continue;
+    const sent = ctx.sentSince(r.name, lastTurn, r.budgetChars);
+    if (sent + ctx.totalChars <= r.budgetChars && sent < bestSent) {
+      best = r;
+      bestSent = sent;
+    }
+  }
+  return best && { replica: best.name, reason: "room" };
 }
 
 /** The counter over the cards with KV room for this prompt; the least overflowing when none has room. */
