@@ -112,7 +112,8 @@ export interface EngineProfile {
   /**
    * The engine looks a waiting request's prefix up in its cache when it starts the request's
    * prefill, in arrival order, not when the request arrives: one queued behind the prefill
-   * of its prefix finds that prefix cached (the router counts such a match as settled).
+   * of its prefix finds that prefix cached (the router does not add that prefix to the
+   * replica's queue).
    */
   matchedWhenScheduled?: boolean;
   /** The flag that turns /metrics on, when it is off by default. */

@@ -59,10 +59,9 @@ export const SGLANG: EngineProfile = {
   // order (fcfs by default, server_args.py) fills what is left of --chunked-prefill-size: a
   // new request waits for the prefills sent before it (a first-come queue).
   prefillConcurrency: () => 1,
-  // The same function matches each waiting request against the radix tree
-  // (`req.init_next_round_input(self.tree_cache)`) as it adds it to the batch; a chunked
-  // request's computed part is in the tree already (`cache_unfinished_req`).
-  matchedWhenScheduled: true,
+  // Not matchedWhenScheduled: the default overlap loop (scheduler.py event_loop_overlap) forms
+  // the next prefill batch before the last prefill's prefix is in the radix tree, so a request
+  // queued behind the prefill of its prefix misses it.
   metricsFlag: "--enable-metrics",
   // http_server.py GET /get_server_info carries "version" (with the server args).
   version: { path: "/get_server_info", read: (b) => stringField(b, "version") },

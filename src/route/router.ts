@@ -53,8 +53,8 @@ export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
   /** Commit time (ms) of the oldest request sent here that has not reached its first byte. */
   pendingSince?: number;
   /**
-   * The engine looks a request's prefix up when it starts its prefill, first-come (vLLM,
-   * SGLang): a request queued behind the prefill of its prefix finds it cached.
+   * The engine looks a request's prefix up when it starts its prefill, first-come (vLLM): a
+   * request queued behind the prefill of its prefix finds it cached.
    */
   matchedWhenScheduled?: boolean;
   /** Tokens per block the engine caches (1 = token by token): a shortfall within it is rounding. */
@@ -77,11 +77,11 @@ export interface RouteEstimate {
   capturedChars: number;
   /** When the chosen replica last used what matched (0 = nothing matched). */
   matchedAt: number;
-  /** The match will be computed when the engine starts this request (no earlier request to it is still prefilling, or the engine looks it up only then). */
+  /** The match was computed before this decision (no earlier request to it is still prefilling). */
   settled: boolean;
   /** The chosen replica's characters per token, to turn the above into tokens. */
   charsPerToken: number;
-  /** Prompt tokens the chosen replica must prefill (its queue grows by this much): all of them when the match is not settled. */
+  /** Prompt tokens the chosen replica must prefill (its queue grows by this much): all of them when the match is not settled, unless the engine looks it up only when it starts this request. */
   uncachedTokens: number;
   /** The chosen replica's cache granularity in tokens. */
   blockTokens: number;
@@ -208,12 +208,14 @@ export class Router {
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
-      // A prefix another request is still prefilling is not cached yet — unless the engine
-      // looks it up only when this request's turn comes, after that prefill (vLLM, SGLang:
-      // first-come); on an engine that keeps one prompt per slot, not while that request runs
-      // (its slot is busy, another slot has its own KV: a burst does not share).
-      const settled =
-        (view.matchedWhenScheduled === true || view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
+      // A prefix another request is still prefilling is not cached yet; on an engine that keeps
+      // one prompt per slot, not while that request runs (its slot is busy, another slot has
+      // its own KV: a burst does not share).
+      const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
+      // An engine that looks it up only when this request's turn comes, after that prefill
+      // (vLLM), will have it: the queue grows by what is really new. Not judged, though: two
+      // requests sent at once may reach the engine the other way round.
+      const cachedThen = settled || view.matchedWhenScheduled === true;
       // A continuation that adds a user turn: where this replica's template has been seen to
       // end the cache, the hit it will really deliver.
       const breaks = continuation && m.chars > 0 && input.shape.sequences.length === 1 ? breakPoints(input.shape.sequences[0]!, m.chars) : undefined;
@@ -230,7 +232,7 @@ export class Router {
           charsPerToken: view.charsPerToken,
           // A prefix another request is still prefilling there is not cached yet: the engine
           // computes it again for this one, and its queue grows by all of it.
-          uncachedTokens: Math.max(0, totalChars - (settled ? captured : 0)) / view.charsPerToken,
+          uncachedTokens: Math.max(0, totalChars - (cachedThen ? captured : 0)) / view.charsPerToken,
           blockTokens: view.blockTokens ?? 16,
           budgetChars: view.budgetChars,
           ...(view.slots ? { slots: view.slots } : {}),

@@ -103,6 +103,12 @@ const args = {
     description:
       "With --prefill-order arrival, what decoding sequences do while a prefill runs: chunk = one token per step with a prefill chunk (vllm), none = wait until no prefill is left (sglang without --enable-mixed-chunk). Default: the engine's",
   },
+  "prefix-lookup": {
+    type: "enum",
+    options: ["scheduled", "arrival"],
+    description:
+      "With --prefill-order arrival, when a waiting request looks its prefix up: scheduled = once earlier prefills end, finding theirs (vllm), arrival = as soon as it fits (sglang: its overlap scheduler forms the next batch before the last one's prefix is cached). Default: the engine's",
+  },
   "kv-unified": { type: "boolean", description: "llamacpp, ollama: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
   "cache-idle-slots": { type: "boolean", description: "llamacpp, ollama: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp, ollama: do not save idle slots", default: true },
   "cache-prompt": { type: "boolean", description: "llamacpp, ollama: reuse cached prompts", negativeDescription: "llamacpp, ollama: reuse nothing (llama-server --no-cache-prompt; same as --no-prefix-cache)", default: true },
@@ -141,6 +147,7 @@ export function simOptionsFromArgs(parsed: ParsedArgs): {
     ...(parsed["decode-while-prefilling"] === undefined
       ? {}
       : { decodeWhilePrefilling: String(parsed["decode-while-prefilling"]) as SimOptions["decodeWhilePrefilling"] }),
+    ...(parsed["prefix-lookup"] === undefined ? {} : { prefixLookup: String(parsed["prefix-lookup"]) as SimOptions["prefixLookup"] }),
   };
   for (const [flag, key] of Object.entries(NUMBER_FLAGS)) {
     const value = parsed[flag];

@@ -392,18 +392,17 @@ export class SimEngine implements SimEngineApi {
 
   /**
    * FCFS admission; stops at the first request that does not fit (head-of-line, like vLLM).
-   * In `arrival` order a request is admitted — its cache looked up, its blocks allocated —
-   * only once no admitted prefill remains: vLLM V1 (vllm/v1/core/sched/scheduler.py
-   * Scheduler.schedule) takes a waiting request, and calls `get_computed_blocks` for it,
-   * only with token budget left after the running requests' chunks; SGLang
-   * (python/sglang/srt/managers/scheduler.py get_new_batch_prefill) matches a waiting
-   * request against the radix tree (`init_next_round_input`) when it forms the prefill
-   * batch, after the chunked request has its share. So a request queued behind the prefill of
-   * its prefix finds that prefix cached, and a waiting request holds no KV.
+   * With `prefixLookup` scheduled (in `arrival` order) a request is admitted — its cache
+   * looked up, its blocks allocated — only once no admitted prefill remains: vLLM V1
+   * (vllm/v1/core/sched/scheduler.py Scheduler.schedule) takes a waiting request, and calls
+   * `get_computed_blocks` for it, only with token budget left after the running requests'
+   * chunks, whose blocks it cached as it allocated them. So a request queued behind the
+   * prefill of its prefix finds that prefix cached, and a waiting request holds no KV.
    */
   private admit(): void {
+    const afterPrefills = this.options.prefillOrder === "arrival" && this.options.prefixLookup === "scheduled";
     while (this.waiting.length > 0 && this.running.length < this.options.maxSeqs) {
-      if (this.options.prefillOrder === "arrival" && this.running.some((s) => s.state === "prefill")) return;
+      if (afterPrefills && this.running.some((s) => s.state === "prefill")) return;
       const head = this.waiting[0]!;
       if (this.blockedHead?.seq === head && this.blockedHead.epoch === this.poolEpoch) return;
       if (!this.tryAdmit(head)) {

@@ -42,6 +42,14 @@ export interface EngineOptions {
    * prefill batch can be formed, unless --enable-mixed-chunk). The engine profile sets it.
    */
   decodeWhilePrefilling: "chunk" | "none";
+  /**
+   * In `arrival` order, when a waiting request looks its prefix up and takes its blocks:
+   * `scheduled` — only once no earlier prefill remains, so one queued behind the prefill of
+   * its prefix finds it (vLLM); `arrival` — as soon as it fits, finding what was computed by
+   * then (the sim's approximation of SGLang, whose overlap scheduler forms the next batch
+   * before the last one's prefix is in its radix tree). The engine profile sets it.
+   */
+  prefixLookup: "scheduled" | "arrival";
   /** Cost of one cached prompt token relative to an uncached one (attention over the cached context). */
   cachedTokenCost: number;
   /** Decode speed of one sequence alone, tokens/s. */
@@ -158,7 +166,7 @@ export type ProfileName = "3090" | "tiny";
  * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
  * tests stay quick at `timeScale` 1.
  */
-export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling">> = {
+export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling" | "prefixLookup">> = {
   "3090": {
     kvTokens: 122_636,
     blockTokens: 16,
@@ -196,6 +204,7 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   prefillOrder: "shared",
   prefillChunkTokens: 2048,
   decodeWhilePrefilling: "chunk",
+  prefixLookup: "arrival",
   parallel: -1,
   kvUnified: false,
   cacheRam: 8192,
@@ -236,6 +245,7 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
     ...PROFILES[profile],
     prefillOrder: family?.prefillOrder ?? BASE.prefillOrder,
     decodeWhilePrefilling: family?.decodeWhilePrefilling ?? BASE.decodeWhilePrefilling,
+    prefixLookup: family?.prefixLookup ?? BASE.prefixLookup,
     ...slotDefaults,
     ...given,
     profile,
@@ -303,6 +313,7 @@ function validate(o: SimOptions): string[] {
   need(o.prefillOrder === "arrival" || o.prefillOrder === "shared", "prefill-order", o.prefillOrder, "must be arrival or shared");
   positiveInt("prefillChunkTokens");
   need(o.decodeWhilePrefilling === "chunk" || o.decodeWhilePrefilling === "none", "decode-while-prefilling", o.decodeWhilePrefilling, "must be chunk or none");
+  need(o.prefixLookup === "scheduled" || o.prefixLookup === "arrival", "prefix-lookup", o.prefixLookup, "must be scheduled or arrival");
   nonNegative("cachedTokenCost");
   positive("decodeTps");
   nonNegative("decodeBatchSlowdown");

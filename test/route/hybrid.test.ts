@@ -153,11 +153,12 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
       for (const [f, conv] of [[1, f1], [2, f2]] as const) picks.push(`f${f}.${i} ${Object.values(choice(send(r, conv.turn(i), replicas, 10 * i + f))!).join(" ")}`);
     }
     // While 64k + 54k and their turns fit 122.6k, both stay pinned. f1's fourth turn takes
-    // gpu1 over its KV; the next turn there, f2's, was not kept since its last one (f1's 67k
-    // came in between): it moves to gpu0, sent nothing since, and stays there.
+    // gpu1 over its KV, but f2's fourth loses less than 512 tokens (67k of f1's came in between
+    // and it holds 56k): it stays. f1's fifth would lose more (57k of f2's + its 67k): it moves
+    // to gpu0, sent nothing since, and stays there.
     expect(picks).toEqual([
       "f1.2 gpu1 pin", "f2.2 gpu1 pin", "f1.3 gpu1 pin", "f2.3 gpu1 pin",
-      "f1.4 gpu1 pin", "f2.4 gpu0 room", "f1.5 gpu1 pin", "f2.5 gpu0 pin", "f1.6 gpu1 pin", "f2.6 gpu0 pin",
+      "f1.4 gpu1 pin", "f2.4 gpu1 pin", "f1.5 gpu0 room", "f2.5 gpu1 pin", "f1.6 gpu0 pin", "f2.6 gpu1 pin",
     ]);
   });
 
@@ -175,6 +176,29 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
       for (const [f, conv] of [[1, f1], [2, f2]] as const) reasons.add(choice(send(r, conv.turn(i), replicas, 10 * i + f))!.reason);
     }
     expect([...reasons]).toEqual(["pin"]);
+  });
+
+  it("a card whose KV is not known is no target; a large new turn alone moves nothing", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2, [{ budgetChars: budget }, {}]);
+    const [f1, f2] = [family(1, 64_000), family(2, 54_000)];
+    send(r, f1.turn(1), [replicas[0]!], 1);
+    send(r, f2.turn(1), [replicas[0]!], 2);
+    // f1 and f2 outgrow gpu0 turn by turn; gpu1, idle, has no KV known: they stay.
+    for (let i = 2; i <= 6; i++) {
+      expect(choice(send(r, f1.turn(i), replicas, 10 * i + 1))).toEqual({ replica: "gpu0", reason: "pin" });
+      expect(choice(send(r, f2.turn(i), replicas, 10 * i + 2))).toEqual({ replica: "gpu0", reason: "pin" });
+    }
+    // gpu0 over its KV (an old 70k document, a 60k conversation, a 20k one-shot since): the
+    // conversation's next turn pastes 50k. What it held (60k) and what came since (20k) fit,
+    // so the card kept it: it stays, though its new prompt and what came since would not fit.
+    const r2 = router("hybrid");
+    const two = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const paste = family(3, 60_000);
+    send(r2, chat([{ role: "user", content: words(70_000, "old document") }]), [two[0]!], 0);
+    send(r2, paste.turn(1), [two[0]!], 1);
+    send(r2, chat([{ role: "user", content: words(20_000, "one-shot") }]), [two[0]!], 2);
+    expect(choice(send(r2, paste.turn(2, 50_000), two, 3))).toEqual({ replica: "gpu0", reason: "pin" });
   });
 
   it("a card with no KV known never moves a conversation", () => {

@@ -96,6 +96,9 @@ describe("SimEngine timing", () => {
     // b finds a's 400 tokens (25 blocks) cached and pays only its own 160 plus 0.1 × 400
     // cached — and holds no block while it waits.
     ["arrival: a request queued behind the prefill of its prefix finds it cached", {}, { blocks: 25, aTtft: 400, cached: 400, bTtft: 400 + 160 + 40 }],
+    // SGLang's overlap loop forms b's batch before a's prefix is in the tree: the sim looks b
+    // up on arrival, before a has computed anything, and b holds its blocks while it waits.
+    ["arrival, prefix_lookup arrival (SGLang): b looked up on arrival misses the prefix", { prefixLookup: "arrival" }, { blocks: 25 + 35, aTtft: 400, cached: 0, bTtft: 960 }],
     // Both share the card from the start: b looked up before a had computed anything.
     ["shared: two prompts prefilling at once each compute the common prefix", { prefillOrder: "shared" }, { blocks: 25 + 35, aTtft: 800, cached: 0, bTtft: 960 }],
   ] as const)("prefill_order %s", async (_what, overrides, want) => {
@@ -118,6 +121,9 @@ describe("SimEngine timing", () => {
     expect(order("vllm", { prefillOrder: "shared" })).toBe("shared");
     const decode = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).decodeWhilePrefilling;
     expect([decode("vllm"), decode("sglang")]).toEqual(["chunk", "none"]);
+    const lookup = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).prefixLookup;
+    expect([lookup("vllm"), lookup("vllm-details"), lookup("sglang")]).toEqual(["scheduled", "scheduled", "arrival"]);
+    expect(() => resolveSimOptions({ prefixLookup: "later" as SimOptions["prefixLookup"] })).toThrow(/prefix-lookup = "later": must be scheduled or arrival/);
     expect(() => resolveSimOptions({ decodeWhilePrefilling: "some" as SimOptions["decodeWhilePrefilling"] })).toThrow(/decode-while-prefilling = "some": must be chunk or none/);
     expect(() => resolveSimOptions({ prefillOrder: "lifo" as SimOptions["prefillOrder"] })).toThrow(/prefill-order = "lifo": must be arrival or shared/);
     expect(() => resolveSimOptions({ prefillChunkTokens: 0 })).toThrow(/prefill-chunk-tokens = 0: must be a positive integer/);

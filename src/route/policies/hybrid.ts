@@ -34,6 +34,7 @@
  */
 import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
 import { bestMatch, live, prefillAhead, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
+import type { PrefixMatch } from "../prefix.ts";
 
 export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
   const o: HybridOptions = { ...DEFAULT_HYBRID, ...options };
@@ -82,7 +83,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
 
 function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estimate: (r: ReplicaView) => number): Decision {
   const owner = bestMatch(up, ctx);
-  if (owner && ctx.continuation) return room(owner.replica, owner.match.lastUsed, up, ctx) ?? { replica: owner.replica.name, reason: "pin" };
+  if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? { replica: owner.replica.name, reason: "pin" };
   const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
   if (owner && long) {
     // Held on several cards (a document served twice): the one that answers first.
@@ -104,16 +105,19 @@ function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estim
  * in part on every turn, and pushes the conversations it shares the card with out in turn:
  * an LRU cache over a cycle longer than itself. Moved to a card that was sent little enough
  * over the same time to keep it (the one sent least), it is prefilled once and hits after.
- * Checked only while the owner's working set is over its KV.
+ * Checked only while what the owner was sent within the capacity window is over its KV, and
+ * only for a loss of at least `min_gain_tokens` (what it holds of the conversation, not this
+ * turn's new part, decides it); a card whose KV is not known is no target.
  */
-function room(owner: ReplicaView, lastTurn: number, up: ReplicaView[], ctx: PolicyContext): Decision | undefined {
+function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: PolicyContext, o: HybridOptions): Decision | undefined {
   if (!(owner.recentChars > owner.budgetChars)) return undefined;
-  if (ctx.sentSince(owner.name, lastTurn, owner.budgetChars) + ctx.totalChars <= owner.budgetChars) return undefined;
+  const lost = ctx.sentSince(owner.name, held.lastUsed, owner.budgetChars) + held.chars - owner.budgetChars;
+  if (lost / owner.charsPerToken < o.min_gain_tokens) return undefined;
   let best: ReplicaView | undefined;
   let bestSent = Infinity;
   for (const r of up) {
-    if (r === owner) continue;
-    const sent = ctx.sentSince(r.name, lastTurn, r.budgetChars);
+    if (r === owner || !Number.isFinite(r.budgetChars)) continue;
+    const sent = ctx.sentSince(r.name, held.lastUsed, r.budgetChars);
     if (sent + ctx.totalChars <= r.budgetChars && sent < bestSent) {
       best = r;
       bestSent = sent;

@@ -160,6 +160,15 @@ export const sglangProfile: EngineProfile = {
   // prefill batch whenever one can be formed, a decode batch only otherwise (without
   // --enable-mixed-chunk): decoding sequences wait while prefills remain.
   decodeWhilePrefilling: "none",
+  // get_new_batch_prefill matches each waiting request against the radix tree as it joins the
+  // batch (`req.init_next_round_input(self.tree_cache)`), but the default overlap loop
+  // (scheduler.py event_loop_overlap: `get_next_batch_to_run` before `pop_and_process` of the
+  // last batch) forms that batch before the last prefill's result has put its prefix in the
+  // tree (process_batch_result_prefill → cache_unfinished_req): a request queued behind the
+  // prefill of its prefix misses what that prefill computed in its last batch — all of it for
+  // a prompt within one --chunked-prefill-size. The sim looks it up on arrival (what was
+  // computed by then), the nearest of its two modes.
+  prefixLookup: "arrival",
   reasoningField: "reasoning_content",
   resolveModel: (requested) => requested ?? "default",
   streamUsage: (so) => isRecord(so) && so.include_usage === true,

@@ -104,6 +104,8 @@ export interface EngineProfile {
   readonly prefillOrder: PrefillOrder;
   /** In arrival order, whether decodes share the steps that compute prefill chunks (options.ts), with its source; default chunk. */
   readonly decodeWhilePrefilling?: SimOptions["decodeWhilePrefilling"];
+  /** In arrival order, when a waiting request looks its prefix up (options.ts), with its source; default arrival. */
+  readonly prefixLookup?: SimOptions["prefixLookup"];
   /** Name of the reasoning field in messages and deltas. */
   readonly reasoningField: "reasoning_content" | "reasoning";
   /**

@@ -142,6 +142,11 @@ export function vllmProfile(details: boolean): EngineProfile {
     // The same loop schedules every running decode (one token each) and the prefill chunks
     // in one step: decodes go on, one token per step.
     decodeWhilePrefilling: "chunk",
+    // The same function takes a waiting request, and calls kv_cache_manager.get_computed_blocks
+    // for it, only with budget left after the running requests' chunks — whose blocks
+    // KVCacheManager.allocate_slots cached as it allocated them: a request queued behind the
+    // prefill of its prefix finds it.
+    prefixLookup: "scheduled",
     reasoningField: "reasoning_content",
     resolveModel(requested, served) {
       if (requested !== undefined && requested !== served) {
