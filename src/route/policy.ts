@@ -82,6 +82,11 @@ export interface PolicyContext {
    * Counting may stop once past `limitChars`.
    */
   sentSince(replica: string, after: number, limitChars?: number): number;
+  /**
+   * Characters of this request's prompt a replica was sent before, held within its KV
+   * budget or not (`matches` counts only what the index still believes held).
+   */
+  remembered(replica: string): number;
   /** The replica that last served this request's session key, if any. */
   sessionReplica?: string;
   cacheAware: CacheAwareOptions;

@@ -257,6 +257,7 @@ export class Router {
       hash: (text) => hex64(this.hasher.hash(text, 0n)),
       matches: () => matches,
       sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
+      remembered: (replica) => input.chains.reduce((s, c) => s + this.index.matchRemembered(c, replica).chars, 0),
       totalChars,
       continuation,
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),

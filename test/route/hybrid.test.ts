@@ -140,8 +140,15 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
     };
   };
 
-  it("two conversations outgrowing one card while the other card is idle: the next turn moves (room), once", () => {
+  /** A router whose index, as the fleet sets it, believes held only what fits each card. */
+  const budgeted = (names: string[]) => {
     const r = router("hybrid");
+    for (const name of names) r.index.setBudget(name, budget);
+    return r;
+  };
+
+  it("two conversations outgrowing one card while the other card is idle: the next turn moves (room), once", () => {
+    const r = budgeted(["gpu0", "gpu1"]);
     const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
     const [f0, f1, f2] = [family(0, 80_000), family(1, 64_000), family(2, 54_000)];
     expect(send(r, f0.turn(1), replicas, 0)!.replica).toBe("gpu0");
@@ -163,7 +170,7 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
   });
 
   it("no move while the other card is as busy: both cards over their KV, the conversations stay pinned", () => {
-    const r = router("hybrid");
+    const r = budgeted(["gpu0", "gpu1"]);
     const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
     const [f0, f1, f2] = [family(0, 80_000), family(1, 64_000), family(2, 54_000)];
     send(r, f0.turn(1), replicas, 0);
@@ -179,7 +186,7 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
   });
 
   it("a card whose KV is not known is no target; a large new turn alone moves nothing", () => {
-    const r = router("hybrid");
+    const r = budgeted(["gpu0"]);
     const replicas = fleet(2, [{ budgetChars: budget }, {}]);
     const [f1, f2] = [family(1, 64_000), family(2, 54_000)];
     send(r, f1.turn(1), [replicas[0]!], 1);
@@ -192,7 +199,7 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
     // gpu0 over its KV (an old 70k document, a 60k conversation, a 20k one-shot since): the
     // conversation's next turn pastes 50k. What it held (60k) and what came since (20k) fit,
     // so the card kept it: it stays, though its new prompt and what came since would not fit.
-    const r2 = router("hybrid");
+    const r2 = budgeted(["gpu0", "gpu1"]);
     const two = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
     const paste = family(3, 60_000);
     send(r2, chat([{ role: "user", content: words(70_000, "old document") }]), [two[0]!], 0);

@@ -106,12 +106,13 @@ function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estim
  * an LRU cache over a cycle longer than itself. Moved to a card that was sent little enough
  * over the same time to keep it (the one sent least), it is prefilled once and hits after.
  * Checked only while what the owner was sent within the capacity window is over its KV, and
- * only for a loss of at least `min_gain_tokens` (what it holds of the conversation, not this
- * turn's new part, decides it); a card whose KV is not known is no target.
+ * only for a loss of at least `min_gain_tokens` (what it was sent of the conversation before,
+ * not this turn's new part, decides it: the index believes held only what fits); a card whose
+ * KV is not known is no target.
  */
 function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: PolicyContext, o: HybridOptions): Decision | undefined {
   if (!(owner.recentChars > owner.budgetChars)) return undefined;
-  const lost = ctx.sentSince(owner.name, held.lastUsed, owner.budgetChars) + held.chars - owner.budgetChars;
+  const lost = ctx.sentSince(owner.name, held.lastUsed, owner.budgetChars) + ctx.remembered(owner.name) - owner.budgetChars;
   if (lost / owner.charsPerToken < o.min_gain_tokens) return undefined;
   let best: ReplicaView | undefined;
   let bestSent = Infinity;
