@@ -220,23 +220,31 @@ describe("the bytes a client receives are the engine's", () => {
         ["/v1/completions", { model: "tiny", prompt: "a streamed completion", max_tokens: 4, stream: true }],
         ["/v1/completions", { model: "tiny", prompt: "a whole completion", max_tokens: 4 }],
       ];
+      const answered: string[] = [];
       for (const [path, body] of cases) {
         const sent = JSON.stringify(body);
-        const res = await fetch(`${r.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: sent });
-        const received = new Uint8Array(await res.arrayBuffer());
-        const exchange = recorder.to(path).at(-1)!;
-        // Random weights can trip llama.cpp's own output parser (a 500 now and then): whatever
-        // the engine answered, the client gets that answer, status and bytes.
-        expect({ path, status: res.status }).toEqual({ path, status: exchange.status });
-        expect(new TextDecoder().decode(exchange.requestBody)).toBe(sent);
-        expect(new TextDecoder().decode(received)).toBe(new TextDecoder().decode(exchange.responseBody));
-        expect(Buffer.compare(Buffer.from(received), Buffer.from(exchange.responseBody))).toBe(0);
+        for (let attempt = 1; ; attempt++) {
+          const res = await fetch(`${r.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: sent });
+          const received = new Uint8Array(await res.arrayBuffer());
+          const exchange = recorder.to(path).at(-1)!;
+          // Random weights can trip llama.cpp's own output parser (a 500, or an error event
+          // ending a stream, now and then): whatever the engine answered, the client gets that
+          // answer, status and bytes.
+          expect({ path, status: res.status }).toEqual({ path, status: exchange.status });
+          expect(new TextDecoder().decode(exchange.requestBody)).toBe(sent);
+          expect(new TextDecoder().decode(received)).toBe(new TextDecoder().decode(exchange.responseBody));
+          expect(Buffer.compare(Buffer.from(received), Buffer.from(exchange.responseBody))).toBe(0);
+          const text = new TextDecoder().decode(exchange.responseBody);
+          // Such an answer is asked again, so the checks below read one the model completed.
+          if (attempt < 3 && /does not match the expected/.test(text)) continue;
+          answered.push(text);
+          break;
+        }
       }
       // The stream without stream_options kept llama.cpp's timings on its last chunk, and the
       // completions stream its usage: what the router needs came unasked.
-      const streamed = new TextDecoder().decode(recorder.to("/v1/chat/completions")[0]!.responseBody);
-      expect(streamed).toContain('"timings":{"cache_n"');
-      expect(new TextDecoder().decode(recorder.to("/v1/completions")[0]!.responseBody)).toContain('"usage":{');
+      expect(answered[0]).toContain('"timings":{"cache_n"');
+      expect(answered[3]).toContain('"usage":{');
       const s = await status(r.url);
       expect(s.replicas[0]!.prompt_tokens).toBeGreaterThan(0);
     },
