@@ -231,7 +231,8 @@ export class Router {
           settled,
           charsPerToken: view.charsPerToken,
           // A prefix another request is still prefilling there is not cached yet: the engine
-          // computes it again for this one, and its queue grows by all of it.
+          // computes it again for this one, and its queue grows by all of it (not on an engine
+          // that looks it up only when this one's turn comes: `cachedThen`).
           uncachedTokens: Math.max(0, totalChars - (cachedThen ? captured : 0)) / view.charsPerToken,
           blockTokens: view.blockTokens ?? 16,
           budgetChars: view.budgetChars,
