@@ -185,40 +185,36 @@ describe("hybrid: a card that no longer keeps its conversations", () => {
     expect([...reasons]).toEqual(["pin"]);
   });
 
-  it("a card whose KV is not known is no target; a large new turn alone moves nothing", () => {
-    const r = budgeted(["gpu0"]);
-    const replicas = fleet(2, [{ budgetChars: budget }, {}]);
+  it.each([
+    // f1 and f2 outgrow gpu0 turn by turn; gpu1, idle, has no KV known: no target.
+    ["a card whose KV is not known is no target", ["gpu0"], [{ budgetChars: budget }, {}], 0],
+    // gpu1 holds them, and no card's KV is known: nothing triggers a move.
+    ["a card with no KV known never moves a conversation", [], [{}, {}], 1],
+  ] as const)("%s", (_what, known, views, card) => {
+    const r = budgeted([...known]);
+    const replicas = fleet(2, [...views]);
     const [f1, f2] = [family(1, 64_000), family(2, 54_000)];
-    send(r, f1.turn(1), [replicas[0]!], 1);
-    send(r, f2.turn(1), [replicas[0]!], 2);
-    // f1 and f2 outgrow gpu0 turn by turn; gpu1, idle, has no KV known: they stay.
+    send(r, f1.turn(1), [replicas[card]!], 1);
+    send(r, f2.turn(1), [replicas[card]!], 2);
     for (let i = 2; i <= 6; i++) {
-      expect(choice(send(r, f1.turn(i), replicas, 10 * i + 1))).toEqual({ replica: "gpu0", reason: "pin" });
-      expect(choice(send(r, f2.turn(i), replicas, 10 * i + 2))).toEqual({ replica: "gpu0", reason: "pin" });
+      expect(choice(send(r, f1.turn(i), replicas, 10 * i + 1))).toEqual({ replica: `gpu${card}`, reason: "pin" });
+      expect(choice(send(r, f2.turn(i), replicas, 10 * i + 2))).toEqual({ replica: `gpu${card}`, reason: "pin" });
     }
+  });
+
+  it("a large new turn alone moves nothing", () => {
     // gpu0 over its KV (an old 70k document, a 60k conversation, a 20k one-shot since): the
     // conversation's next turn pastes 50k. What it held (60k) and what came since (20k) fit,
     // so the card kept it: it stays, though its new prompt and what came since would not fit.
-    const r2 = budgeted(["gpu0", "gpu1"]);
+    const r = budgeted(["gpu0", "gpu1"]);
     const two = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
     const paste = family(3, 60_000);
-    send(r2, chat([{ role: "user", content: words(70_000, "old document") }]), [two[0]!], 0);
-    send(r2, paste.turn(1), [two[0]!], 1);
-    send(r2, chat([{ role: "user", content: words(20_000, "one-shot") }]), [two[0]!], 2);
-    expect(choice(send(r2, paste.turn(2, 50_000), two, 3))).toEqual({ replica: "gpu0", reason: "pin" });
+    send(r, chat([{ role: "user", content: words(70_000, "old document") }]), [two[0]!], 0);
+    send(r, paste.turn(1), [two[0]!], 1);
+    send(r, chat([{ role: "user", content: words(20_000, "one-shot") }]), [two[0]!], 2);
+    expect(choice(send(r, paste.turn(2, 50_000), two, 3))).toEqual({ replica: "gpu0", reason: "pin" });
   });
 
-  it("a card with no KV known never moves a conversation", () => {
-    const r = router("hybrid");
-    const replicas = fleet(2);
-    const [f1, f2] = [family(1, 64_000), family(2, 54_000)];
-    send(r, f1.turn(1), [replicas[1]!], 1);
-    send(r, f2.turn(1), [replicas[1]!], 2);
-    for (let i = 2; i <= 6; i++) {
-      expect(choice(send(r, f1.turn(i), replicas, 10 * i + 1))).toEqual({ replica: "gpu1", reason: "pin" });
-      expect(choice(send(r, f2.turn(i), replicas, 10 * i + 2))).toEqual({ replica: "gpu1", reason: "pin" });
-    }
-  });
 });
 
 describe("hybrid: the queue priced as the engine schedules it", () => {
