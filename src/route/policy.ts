@@ -87,6 +87,12 @@ export interface PolicyContext {
    * budget or not (`matches` counts only what the index still believes held).
    */
   remembered(replica: string): number;
+  /**
+   * Characters worth keeping (reused, or part of a conversation) that `chars` new characters
+   * would push out of a replica's full card, oldest first as its LRU cache would; 0 with room
+   * to spare or a KV that is not known. This request's own held prefix is not among them.
+   */
+  displaces(replica: string, chars: number): number;
   /** The replica that last served this request's session key, if any. */
   sessionReplica?: string;
   cacheAware: CacheAwareOptions;

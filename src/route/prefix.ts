@@ -285,6 +285,38 @@ export class PrefixIndex {
   }
 
   /**
+   * The characters worth keeping that `chars` new characters would push out of a replica's
+   * full card: its oldest held entries, as many as the new ones overflow its budget by (an
+   * LRU cache evicts from that end), counting those reused or part of a conversation, and
+   * others last used at or after `keepSince` (ms): a prompt sent once may still get its next
+   * turn; one older than that, never sent again, costs nothing to lose (as in
+   * `activeWorkingSet`). The links of `chains` held there are skipped: the request itself
+   * touches them.
+   */
+  displaces(replica: string, chars: number, chains: readonly PrefixChain[], keepSince = -Infinity): number {
+    const r = this.ids.get(replica);
+    if (r === undefined || !Number.isFinite(this.budgetOf[r]!)) return 0;
+    let over = this.heldOf[r]! + chars - this.budgetOf[r]!;
+    if (over <= 0) return 0;
+    const own = new Set<number>();
+    for (const chain of chains) {
+      for (let i = 0; i < chain.length; i++) {
+        const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
+        if (e === NIL) break;
+        own.add(e);
+      }
+    }
+    let kept = 0;
+    for (let e = this.heldStart[r]!; e !== NIL && over > 0; e = this.next[e]!) {
+      if (own.has(e)) continue;
+      const lost = Math.min(this.delta[e]!, over);
+      over -= lost;
+      if (this.flags[e]! & PERSISTED || this.last[e]! >= keepSince) kept += lost;
+    }
+    return kept;
+  }
+
+  /**
    * The longest prefix of `chain` that `replica` is remembered to have been sent, held within
    * its budget or not: what an engine that kept more than the budget says could deliver.
    */

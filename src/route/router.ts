@@ -161,6 +161,8 @@ const PRESSURE = 0.6;
 export const UPPER_RELAX = 0.1;
 /** Misses without a single hit before the engine's reports stop being acted on. */
 const DISTRUST_AFTER = 8;
+/** Continuations whose gap since their previous turn is remembered (see `Router.turnHorizon`). */
+const TURN_GAPS = 64;
 
 export class Router {
   policy: Policy;
@@ -181,6 +183,9 @@ export class Router {
   private readonly random: () => number;
   /** The last commit tag given out. */
   private tag: number;
+  /** How long the latest continuations came after their conversation's previous turn (ms): a ring. */
+  private readonly turnGaps = new Float64Array(TURN_GAPS);
+  private turnGapsSeen = 0;
 
   constructor(options: RouterOptions) {
     this.policy = options.policy;
@@ -205,6 +210,7 @@ export class Router {
     const matches = this.matchAll(input.chains, replicas);
     const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
     const continuation = input.shape.continuation || this.extendsServedPrompt(input, matches);
+    if (continuation) this.noteTurnGap(matches, now);
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
@@ -259,6 +265,7 @@ export class Router {
       matches: () => matches,
       sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
       remembered: (replica) => input.chains.reduce((s, c) => s + this.index.matchRemembered(c, replica).chars, 0),
+      displaces: (replica, chars) => this.index.displaces(replica, chars, input.chains, now - this.turnHorizon()),
       totalChars,
       continuation,
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
@@ -538,6 +545,28 @@ export class Router {
       chars += best;
     }
     return chars;
+  }
+
+  /**
+   * How long after its previous turn a conversation's next turn may still come: the longest
+   * gap of the last 64 continuations this router saw (their previous turn's last use, anywhere,
+   * to now). A prompt sent once and idle longer than that is not expected back (what a card
+   * would lose by evicting it, `displaces`). Infinity until a continuation is seen: everything
+   * is then worth keeping.
+   */
+  turnHorizon(): number {
+    const n = Math.min(this.turnGapsSeen, TURN_GAPS);
+    if (n === 0) return Infinity;
+    let longest = 0;
+    for (let i = 0; i < n; i++) longest = Math.max(longest, this.turnGaps[i]!);
+    return longest;
+  }
+
+  private noteTurnGap(matches: readonly PrefixMatch[], now: number): void {
+    let previous = 0;
+    for (const m of matches) previous = Math.max(previous, m.lastUsed);
+    if (previous <= 0 || now < previous) return;
+    this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous;
   }
 
   /**

@@ -118,12 +118,80 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
   it("a cold conversation is placed where the card has KV room for it", () => {
     const r = router("hybrid");
     const budget = 122_636 * TOKEN;
+    for (const name of ["gpu0", "gpu1"]) r.index.setBudget(name, budget); // as the fleet sets it
     const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
     const family = (f: number, tokens: number) => chat([{ role: "user", content: words(tokens, `family ${f}`) }]);
     expect(send(r, family(0, 80_000), replicas)!.replica).toBe("gpu0");
     expect(send(r, family(1, 70_000), replicas)!.replica).toBe("gpu1");
     // Neither card has room for 60k more; gpu1 (70k) overflows less than gpu0 (80k).
     expect(choice(send(r, family(2, 60_000), replicas))).toEqual({ replica: "gpu1", reason: "spread" });
+  });
+});
+
+describe("hybrid: what a full card would lose", () => {
+  const budget = 30_000 * TOKEN;
+  const system = words(1_000, "subagent prompt");
+  const member = (burst: number, i: number) => chat([{ role: "system", content: system }, { role: "user", content: words(1_500, `burst ${burst} task ${i}`) }]);
+
+  /** An agent on gpu0 (turns at 1, 2, 4 and 5 s), a burst spread over both cards at 3 s, then a second burst at `at`. */
+  const secondBurst = (at: number, agentTurns = [1_000, 2_000, 4_000, 5_000]) => {
+    const r = router("hybrid");
+    for (const name of ["gpu0", "gpu1"]) r.index.setBudget(name, budget); // as the fleet sets it
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const agent = conversation(words(2_000, "agent"), words(8_000, "task"));
+    const owner = send(r, chat(agent.messages), [replicas[0]!], 0)!.replica;
+    expect(owner).toBe("gpu0");
+    const turn = (at: number, i: number) => {
+      agent.next(i);
+      agent.messages.push({ role: "user", content: words(1_000, `tool output ${i}`) });
+      expect(choice(send(r, chat(agent.messages), replicas, at))).toEqual({ replica: "gpu0", reason: "pin" });
+    };
+    agentTurns.filter((t) => t < 3_000).forEach((t, i) => turn(t, i));
+    for (let i = 0; i < 16; i++) sendInFlight(r, member(0, i), replicas, 3_000);
+    for (const x of replicas) Object.assign(x, { inflight: 0, load: 0, queuedTokens: 0 }); // the burst is answered
+    agentTurns.filter((t) => t > 3_000).forEach((t, i) => turn(t, i + 2));
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 16; i++) {
+      const d = sendInFlight(r, member(1, i), replicas, at)!;
+      counts.set(d.replica, (counts.get(d.replica) ?? 0) + 1);
+    }
+    return counts;
+  };
+
+  it("how long a conversation may take to come back: the longest gap between turns of the last 64 continuations; unbounded before the first", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const agent = conversation(words(500, "agent"), words(1_000, "task"));
+    send(r, chat(agent.messages), replicas, 0);
+    expect(r.turnHorizon()).toBe(Infinity);
+    [1_000, 4_000, 4_500].forEach((at, i) => {
+      agent.next(i);
+      send(r, chat(agent.messages), replicas, at);
+    });
+    expect(r.turnHorizon()).toBe(3_000);
+    for (let i = 3; i < 3 + 64; i++) {
+      agent.next(i);
+      send(r, chat(agent.messages), replicas, 4_500 + (i - 2) * 100);
+    }
+    expect(r.turnHorizon()).toBe(100);
+  });
+
+  it("a burst after the agents have gone quiet spreads evenly over a card full of the last burst's tasks: they are not coming back", () => {
+    // gpu0 holds the agent (~14k) and half the first burst (~13k): full. What a member would
+    // push out there is the oldest — the first burst's tasks, sent once, long before the
+    // agent's turn gaps (≤ 2 s) — not the agent, touched after them.
+    const counts = secondBurst(20_000);
+    expect(counts.get("gpu0")).toBe(8);
+    expect(counts.get("gpu1")).toBe(8);
+  });
+
+  it("…while the tasks may still get a next turn, or when what goes is a conversation, the full card gets fewer", () => {
+    // At 4.5 s the first burst's tasks (3 s) are within the agent's longest gap (2 s) of them.
+    const recent = secondBurst(4_500, [1_000, 2_000, 4_000]);
+    expect(recent.get("gpu0")).toBeLessThan(8);
+    // The agent's last turns came before the first burst: it is the oldest on gpu0, and goes first.
+    const pushed = secondBurst(20_000, [1_000, 2_000]);
+    expect(pushed.get("gpu0")).toBeLessThan(8);
   });
 });
 

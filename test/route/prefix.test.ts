@@ -506,3 +506,49 @@ describe("PrefixIndex.sentSince: what competed with a prompt since its last use"
     expect(capped).toBeLessThanOrEqual(theirsOwn + chainChars(older));
   });
 });
+
+describe("PrefixIndex.displaces: what a new prompt would push out of a full card that is worth keeping", () => {
+  const system = { role: "system" as const, content: "s".repeat(2_000) };
+  const oneShot = (i: number) => only(chat([{ role: "user", content: `${i}`.padEnd(4_000, "o") }]));
+
+  it("counts the oldest held entries a prompt overflows the budget by: a one-shot's own text only while it may get its next turn, a reused prefix always", () => {
+    const idx = index();
+    const first = only(chat([system, { role: "user", content: "first".padEnd(1_000, "q") }]));
+    const second = only(chat([system, { role: "user", content: "second".padEnd(1_000, "q") }]));
+    idx.record(first, "gpu0", 1);
+    idx.record(second, "gpu0", 2); // the system prompt is reused now
+    for (let i = 0; i < 3; i++) idx.record(oneShot(i), "gpu0", 10 + i);
+    const used = idx.replicaStats("gpu0").chars;
+    idx.setBudget("gpu0", used); // full: every new character pushes one out
+    const systemChars = chainChars(only(chat([system])));
+    const questions = chainChars(first) + chainChars(second) - 2 * systemChars;
+    const newcomer = only(chat([{ role: "user", content: "n".repeat(500) }]));
+    // Oldest first (a prefix is never older than what extends it): the two questions, sent
+    // once at 1 and 2, then the system prompt they share. The questions are worth keeping
+    // while everything may be continued, not once nothing sent before 5 is expected back.
+    expect(idx.displaces("gpu0", questions, [newcomer])).toBe(questions);
+    expect(idx.displaces("gpu0", questions, [newcomer], 5)).toBe(0);
+    // The reused system prompt always is.
+    expect(idx.displaces("gpu0", questions + systemChars, [newcomer], 5)).toBe(systemChars);
+    // With room to spare, or a KV that is not known, nothing.
+    idx.setBudget("gpu0", used + questions);
+    expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
+    idx.setBudget("gpu0", undefined);
+    expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
+    expect(idx.displaces("gpu1", questions, [newcomer])).toBe(0);
+  });
+
+  it("skips the request's own held prefix: it touches it, so it is not what goes", () => {
+    const idx = index();
+    const convo = only(chat([system, { role: "user", content: "turn one".padEnd(3_000, "t") }]));
+    idx.record(convo, "gpu0", 1, true);
+    idx.record(oneShot(0), "gpu0", 2);
+    idx.setBudget("gpu0", idx.replicaStats("gpu0").chars);
+    const next = only(chat([system, { role: "user", content: "turn one".padEnd(3_000, "t") }, { role: "assistant", content: "a" }, { role: "user", content: "turn two" }]));
+    // Its own conversation is the oldest; what goes instead is the one-shot, sent once at 2.
+    expect(idx.displaces("gpu0", 1_000, [next], 3)).toBe(0);
+    expect(idx.displaces("gpu0", 1_000, [next])).toBe(1_000);
+    // Another prompt would push the conversation out: worth keeping.
+    expect(idx.displaces("gpu0", 1_000, [oneShot(9)], 3)).toBe(1_000);
+  });
+});

@@ -9,12 +9,14 @@
  * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
  * goes there (cache); a request whose session key was served
  * somewhere and that nothing else claims goes to its session's replica (session). A cold
- * one-shot is spread over the cards with room for it in their KV when some have none
- * (the card whose recent prefixes plus this prompt overflow its budget least, when none do).
+ * one-shot is spread over the cards with room for it in their KV when some have none — room
+ * that it takes without pushing out prefix KV worth keeping (the card where it pushes out
+ * least, when none has).
  *
  * Then every live replica is priced: estimated TTFT = (the prefill it waits for there + this
- * request's tokens not cached there + the recently used prefix KV they would evict from a
- * full card, which is prefilled again later) ÷ that replica's measured prefill rate — where
+ * request's tokens not cached there + the prefix KV worth keeping — reused, or a
+ * conversation's — they would push out of a full card, oldest first, which is prefilled again
+ * later) ÷ that replica's measured prefill rate — where
  * what it waits for is priced as the engine schedules prefills (an engine that prefills
  * several requests at once shares its compute, so a short cached turn waits for only as
  * much of each other prefill as its own size: `prefillAhead`). The
@@ -46,9 +48,10 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
       const estimate = (r: ReplicaView) => {
         const newChars = Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
-        // Prefix KV this request would push out of a full card is prefilled again later:
-        // priced now, so a prefix is not copied onto a card that has no room for it.
-        const evicted = Math.min(newChars, Math.max(0, r.recentChars + newChars - r.budgetChars));
+        // Prefix KV worth keeping that this request would push out of a full card is
+        // prefilled again later: priced now, so a prefix is not copied onto a card that has no
+        // room for it. One-shots' own text is not worth keeping: a card full of it has room.
+        const evicted = ctx.displaces(r.name, newChars);
         const work = (newChars + evicted) / r.charsPerToken;
         return (prefillAhead(r, work) + work) / r.prefillRate;
       };
@@ -127,12 +130,15 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
   return best && { replica: best.name, reason: "room" };
 }
 
-/** The counter over the cards with KV room for this prompt; the least overflowing when none has room. */
+/**
+ * The counter over the cards with KV room for this prompt — where it pushes out nothing worth
+ * keeping; the card where it pushes out least when none has room.
+ */
 function coldSpread(up: ReplicaView[], ctx: PolicyContext): Decision {
-  const after = (r: ReplicaView) => (r.recentChars + ctx.totalChars) / r.budgetChars;
-  const roomy = up.filter((r) => after(r) <= 1);
+  const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, ctx.totalChars)]));
+  const roomy = up.filter((r) => lost.get(r) === 0);
   if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
   let least = up[0]!;
-  for (const r of up) if (after(r) < after(least)) least = r;
+  for (const r of up) if (lost.get(r)! < lost.get(least)!) least = r;
   return { replica: least.name, reason: "spread" };
 }
