@@ -286,17 +286,21 @@ export class PrefixIndex {
 
   /**
    * The characters worth keeping that `chars` new characters would push out of a replica's
-   * full card: its oldest held entries, as many as the new ones overflow its budget by (an
-   * LRU cache evicts from that end), counting those reused or part of a conversation, and
-   * others last used at or after `keepSince` (ms): a prompt sent once may still get its next
-   * turn; one older than that, never sent again, costs nothing to lose (as in
-   * `activeWorkingSet`). The links of `chains` held there are skipped: the request itself
-   * touches them.
+   * full card: what it holds is its budget once it was sent more than that within the window
+   * (else what the index holds of it), and an LRU cache evicts the oldest first — the entry
+   * the budget cut through, for the part of it still there, then the oldest held. Worth
+   * keeping: those reused or part of a conversation, and others last used at or after
+   * `keepSince` (ms): a prompt sent once may still get its next turn; one older than that,
+   * never sent again, costs nothing to lose (as in `activeWorkingSet`). The links of `chains`
+   * held there are skipped: the request itself touches them.
    */
   displaces(replica: string, chars: number, chains: readonly PrefixChain[], keepSince = -Infinity): number {
     const r = this.ids.get(replica);
-    if (r === undefined || !Number.isFinite(this.budgetOf[r]!)) return 0;
-    let over = this.heldOf[r]! + chars - this.budgetOf[r]!;
+    const budget = r === undefined ? Infinity : this.budgetOf[r]!;
+    if (r === undefined || !Number.isFinite(budget)) return 0;
+    const held = this.heldOf[r]!;
+    const occupied = Math.min(budget, Math.max(held, this.recentOf[r]!));
+    let over = occupied + chars - budget;
     if (over <= 0) return 0;
     const own = new Set<number>();
     for (const chain of chains) {
@@ -306,13 +310,16 @@ export class PrefixIndex {
         own.add(e);
       }
     }
+    const start = this.heldStart[r]!;
+    const cut = start === NIL ? this.newest[r]! : this.prev[start]!;
     let kept = 0;
-    for (let e = this.heldStart[r]!; e !== NIL && over > 0; e = this.next[e]!) {
-      if (own.has(e)) continue;
-      const lost = Math.min(this.delta[e]!, over);
+    const take = (e: number, resident: number) => {
+      const lost = Math.min(resident, over);
       over -= lost;
       if (this.flags[e]! & PERSISTED || this.last[e]! >= keepSince) kept += lost;
-    }
+    };
+    if (cut !== NIL && occupied > held && !own.has(cut)) take(cut, Math.min(this.delta[cut]!, occupied - held));
+    for (let e = start; e !== NIL && over > 0; e = this.next[e]!) if (!own.has(e)) take(e, this.delta[e]!);
     return kept;
   }
 

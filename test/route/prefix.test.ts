@@ -530,6 +530,12 @@ describe("PrefixIndex.displaces: what a new prompt would push out of a full card
     expect(idx.displaces("gpu0", questions, [newcomer], 5)).toBe(0);
     // The reused system prompt always is.
     expect(idx.displaces("gpu0", questions + systemChars, [newcomer], 5)).toBe(systemChars);
+    // A budget that cuts through the first question: the card still holds the rest of it
+    // (it was sent more than its budget), and that goes first.
+    idx.setBudget("gpu0", used - 100);
+    expect(idx.replicaStats("gpu0").heldChars).toBeLessThan(used - 100);
+    expect(idx.displaces("gpu0", 50, [newcomer])).toBe(50);
+    expect(idx.displaces("gpu0", 50, [newcomer], 5)).toBe(0);
     // With room to spare, or a KV that is not known, nothing.
     idx.setBudget("gpu0", used + questions);
     expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
