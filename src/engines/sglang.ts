@@ -60,8 +60,12 @@ export const SGLANG: EngineProfile = {
   // new request waits for the prefills sent before it (a first-come queue).
   prefillConcurrency: () => 1,
   // Not matchedWhenScheduled: the default overlap loop (scheduler.py event_loop_overlap) forms
-  // the next prefill batch before the last prefill's prefix is in the radix tree, so a request
-  // queued behind the prefill of its prefix misses it.
+  // the next prefill batch before the last prefill's tokens are in the radix tree, so a request
+  // in the very next batch behind the prefill of its prefix misses its last chunk (all of it
+  // within one --chunked-prefill-size); one queued a batch or more behind finds it, which the
+  // router, not knowing what else is queued there, does not count on.
+  // (get_new_batch_prefill → Req.init_next_round_input, process_batch_result_prefill →
+  // cache_unfinished_req.)
   metricsFlag: "--enable-metrics",
   // http_server.py GET /get_server_info carries "version" (with the server args).
   version: { path: "/get_server_info", read: (b) => stringField(b, "version") },

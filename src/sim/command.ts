@@ -105,9 +105,9 @@ const args = {
   },
   "prefix-lookup": {
     type: "enum",
-    options: ["scheduled", "arrival"],
+    options: ["scheduled", "batch", "arrival"],
     description:
-      "With --prefill-order arrival, when a waiting request looks its prefix up: scheduled = once earlier prefills end, finding theirs (vllm), arrival = as soon as it fits (sglang: its overlap scheduler forms the next batch before the last one's prefix is cached). Default: the engine's",
+      "With --prefill-order arrival, when a waiting request looks its prefix up: scheduled = once earlier prefills end, finding theirs (vllm), batch = once they have one --prefill-chunk-tokens chunk left, missing that chunk (sglang: its overlap scheduler forms the next batch before the last one is cached), arrival = as soon as it fits. Default: the engine's",
   },
   "kv-unified": { type: "boolean", description: "llamacpp, ollama: one KV of --kv-tokens shared by all slots (default with --parallel -1)", default: false },
   "cache-idle-slots": { type: "boolean", description: "llamacpp, ollama: save idle slots to the RAM cache when a task starts", negativeDescription: "llamacpp, ollama: do not save idle slots", default: true },

@@ -41,6 +41,9 @@ import { EPS, FluidTimer, nextFluidEvent, runFluidUntil, type FluidHost } from "
 import type { EngineOptions } from "./options.ts";
 import { outputSeed, Tokenizer } from "./tokenizer.ts";
 
+/** Relative tolerance under which the prefills ahead count as down to one chunk (float noise). */
+const BATCH_SLACK = 1e-9;
+
 export { TTFT_BUCKETS } from "./engine-api.ts";
 export type { EndReason, EngineStats, FinishReason, PrefixStop, SequenceListener, SequenceResult, SequenceState, SubmitInput } from "./engine-api.ts";
 
@@ -147,6 +150,7 @@ export class SimEngine implements SimEngineApi {
       this.drainEnds();
       this.admit();
     },
+    wakeAt: () => this.batchAdmissionAt(),
   };
   private busy = false;
   private pendingEnds: Sequence[] = [];
@@ -392,17 +396,33 @@ export class SimEngine implements SimEngineApi {
 
   /**
    * FCFS admission; stops at the first request that does not fit (head-of-line, like vLLM).
-   * With `prefixLookup` scheduled (in `arrival` order) a request is admitted — its cache
-   * looked up, its blocks allocated — only once no admitted prefill remains: vLLM V1
-   * (vllm/v1/core/sched/scheduler.py Scheduler.schedule) takes a waiting request, and calls
-   * `get_computed_blocks` for it, only with token budget left after the running requests'
-   * chunks, whose blocks it cached as it allocated them. So a request queued behind the
-   * prefill of its prefix finds that prefix cached, and a waiting request holds no KV.
+   * In `arrival` order, `prefixLookup` says when a request is admitted — its cache looked
+   * up, its blocks allocated:
+   * - scheduled: once no admitted prefill remains. vLLM V1 (vllm/v1/core/sched/scheduler.py
+   *   Scheduler.schedule) takes a waiting request, and calls `get_computed_blocks` for it,
+   *   only with token budget left after the running requests' chunks, whose blocks it cached
+   *   as it allocated them. So a request queued behind the prefill of its prefix finds that
+   *   prefix cached, and a waiting request holds no KV.
+   * - batch: once the admitted prefills have at most one chunk (`prefillChunkTokens`) of work
+   *   left, seeing what was computed by then. SGLang matches a waiting request against its
+   *   radix tree each time it forms a prefill batch with it (scheduler.py
+   *   get_new_batch_prefill → schedule_batch.py `Req.init_next_round_input`), but its overlap
+   *   loop (event_loop_overlap) forms that batch while the previous one runs, before
+   *   process_batch_result_prefill → `cache_unfinished_req` has put the previous batch's
+   *   tokens in the tree: a request queued at least a batch behind the prefill of its prefix
+   *   finds it, one in the very next batch misses that prefill's last chunk (all of it for a
+   *   prompt within one chunk). Checked at the engine's events (arrivals, prefill ends, decode
+   *   tokens), so a request may be admitted a little after the last chunk began, and see
+   *   part of it.
+   * - arrival: as soon as it fits.
    */
   private admit(): void {
-    const afterPrefills = this.options.prefillOrder === "arrival" && this.options.prefixLookup === "scheduled";
+    const lookup = this.options.prefillOrder === "arrival" ? this.options.prefixLookup : "arrival";
+    // What the running prefills have computed is in the tree for a batch formed now.
+    if (lookup === "batch" && this.waiting.length > 0) this.commitPrefillProgress();
     while (this.waiting.length > 0 && this.running.length < this.options.maxSeqs) {
-      if (afterPrefills && this.running.some((s) => s.state === "prefill")) return;
+      if (lookup === "scheduled" && this.running.some((s) => s.state === "prefill")) return;
+      if (lookup === "batch" && this.prefillLeft() - this.options.prefillChunkTokens > BATCH_SLACK * this.options.prefillChunkTokens) return;
       const head = this.waiting[0]!;
       if (this.blockedHead?.seq === head && this.blockedHead.epoch === this.poolEpoch) return;
       if (!this.tryAdmit(head)) {
@@ -413,6 +433,24 @@ export class SimEngine implements SimEngineApi {
       this.waiting.shift();
       this.running.push(head);
     }
+  }
+
+  /**
+   * With `prefixLookup` batch, when the waiting head is next admitted: the model time at which
+   * the running prefills (served one at a time at the full rate) have one chunk left.
+   */
+  private batchAdmissionAt(): number {
+    if (this.options.prefillOrder !== "arrival" || this.options.prefixLookup !== "batch") return Infinity;
+    if (this.waiting.length === 0 || this.running.length >= this.options.maxSeqs) return Infinity;
+    const over = this.prefillLeft() - this.options.prefillChunkTokens;
+    return over > BATCH_SLACK * this.options.prefillChunkTokens ? this.modelTime + over / this.options.prefillTps : Infinity;
+  }
+
+  /** Prefill work the admitted sequences have left (tokens). */
+  private prefillLeft(): number {
+    let left = 0;
+    for (const s of this.running) if (s.state === "prefill") left += Math.max(0, s.prefillWork - s.prefillDone);
+    return left;
   }
 
   private tryAdmit(seq: Sequence): boolean {
@@ -521,6 +559,8 @@ export class SimEngine implements SimEngineApi {
   }
 
   private armTimer(): void {
-    this.timer.arm(nextFluidEvent(this.running, this.modelTime, this.options), this.modelNow());
+    const next = nextFluidEvent(this.running, this.modelTime, this.options);
+    const wake = this.batchAdmissionAt();
+    this.timer.arm(wake < next.at ? { at: wake, prefill: true } : next, this.modelNow());
   }
 }

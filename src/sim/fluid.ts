@@ -104,6 +104,12 @@ export interface FluidHost<S extends FluidSequence> {
   setTime(modelTime: number): void;
   /** Handle the events now due (the loop has snapped the earliest one), then end and admit. */
   onDue(): void;
+  /**
+   * A model time at which the host wants `onDue` though no sequence event is due then (a
+   * waiting request admitted once the prefills ahead of it have shrunk enough); Infinity or
+   * absent: none.
+   */
+  wakeAt?(): number;
 }
 
 /** Process events in model-time order up to `target` (model seconds). */
@@ -112,6 +118,13 @@ export function runFluidUntil<S extends FluidSequence>(target: number, host: Flu
     if (guard > 10_000_000) throw new Error("sim: scheduler made no progress");
     const running = host.running();
     const next = nextFluidEvent(running, host.time(), o);
+    const wake = host.wakeAt?.() ?? Infinity;
+    if (wake < next.at && wake <= target + DUE_SLACK_S) {
+      advanceFluid(running, wake - host.time(), o);
+      host.setTime(Math.max(host.time(), wake));
+      host.onDue();
+      continue;
+    }
     // Events a hair past `target` are due: timers are whole milliseconds and floats are noisy.
     if (next.at > target + DUE_SLACK_S) {
       if (target > host.time()) advanceFluid(running, target - host.time(), o);

@@ -45,11 +45,14 @@ export interface EngineOptions {
   /**
    * In `arrival` order, when a waiting request looks its prefix up and takes its blocks:
    * `scheduled` — only once no earlier prefill remains, so one queued behind the prefill of
-   * its prefix finds it (vLLM); `arrival` — as soon as it fits, finding what was computed by
-   * then (the sim's approximation of SGLang, whose overlap scheduler forms the next batch
-   * before the last one's prefix is in its radix tree). The engine profile sets it.
+   * its prefix finds it (vLLM); `batch` — once the earlier prefills have at most one
+   * `prefillChunkTokens` chunk left, finding what was computed by then (SGLang, whose overlap
+   * scheduler forms the next batch before the last one's tokens are in its radix tree: one
+   * queued a batch or more behind the prefill of its prefix finds it, one in the very next
+   * batch misses that prefill's last chunk); `arrival` — as soon as it fits, finding what was
+   * computed by then. The engine profile sets it (engine.ts `admit` has the sources).
    */
-  prefixLookup: "scheduled" | "arrival";
+  prefixLookup: "scheduled" | "batch" | "arrival";
   /** Cost of one cached prompt token relative to an uncached one (attention over the cached context). */
   cachedTokenCost: number;
   /** Decode speed of one sequence alone, tokens/s. */
@@ -246,6 +249,7 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
     prefillOrder: family?.prefillOrder ?? BASE.prefillOrder,
     decodeWhilePrefilling: family?.decodeWhilePrefilling ?? BASE.decodeWhilePrefilling,
     prefixLookup: family?.prefixLookup ?? BASE.prefixLookup,
+    prefillChunkTokens: family?.prefillChunkTokens ?? BASE.prefillChunkTokens,
     ...slotDefaults,
     ...given,
     profile,
@@ -313,7 +317,7 @@ function validate(o: SimOptions): string[] {
   need(o.prefillOrder === "arrival" || o.prefillOrder === "shared", "prefill-order", o.prefillOrder, "must be arrival or shared");
   positiveInt("prefillChunkTokens");
   need(o.decodeWhilePrefilling === "chunk" || o.decodeWhilePrefilling === "none", "decode-while-prefilling", o.decodeWhilePrefilling, "must be chunk or none");
-  need(o.prefixLookup === "scheduled" || o.prefixLookup === "arrival", "prefix-lookup", o.prefixLookup, "must be scheduled or arrival");
+  need(o.prefixLookup === "scheduled" || o.prefixLookup === "batch" || o.prefixLookup === "arrival", "prefix-lookup", o.prefixLookup, "must be scheduled, batch or arrival");
   nonNegative("cachedTokenCost");
   positive("decodeTps");
   nonNegative("decodeBatchSlowdown");

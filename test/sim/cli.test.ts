@@ -89,7 +89,7 @@ describe("simOptionsFromArgs", () => {
     [{ "prefix-cache": false, "time-scale": "0.01", "kv-tokens": "2048" }, { options: { prefixCache: false, timeScale: 0.01, kvTokens: 2048 } }],
     [{ replicas: "3", "base-port": "9000" }, { replicas: 3, basePort: 9000 }],
     [{ "prefill-order": "shared", "prefill-chunk-tokens": "8192" }, { options: { prefillOrder: "shared", prefillChunkTokens: 8192 } }],
-    [{ "decode-while-prefilling": "none", "prefix-lookup": "arrival" }, { options: { decodeWhilePrefilling: "none", prefixLookup: "arrival" } }],
+    [{ "decode-while-prefilling": "none", "prefix-lookup": "batch" }, { options: { decodeWhilePrefilling: "none", prefixLookup: "batch" } }],
     [{ "close-after-chunks": "0", "fail-next": "2", "stall-ms": "250" }, { options: { closeAfterChunks: 0, failNext: 2, stallMs: 250 } }],
     [
       { engine: "llamacpp", parallel: "2", "cache-ram": "0", "slot-prompt-similarity": "0.5", "cache-prompt": false, "kv-unified": true },

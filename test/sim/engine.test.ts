@@ -96,9 +96,11 @@ describe("SimEngine timing", () => {
     // b finds a's 400 tokens (25 blocks) cached and pays only its own 160 plus 0.1 × 400
     // cached — and holds no block while it waits.
     ["arrival: a request queued behind the prefill of its prefix finds it cached", {}, { blocks: 25, aTtft: 400, cached: 400, bTtft: 400 + 160 + 40 }],
-    // SGLang's overlap loop forms b's batch before a's prefix is in the tree: the sim looks b
-    // up on arrival, before a has computed anything, and b holds its blocks while it waits.
-    ["arrival, prefix_lookup arrival (SGLang): b looked up on arrival misses the prefix", { prefixLookup: "arrival" }, { blocks: 25 + 35, aTtft: 400, cached: 0, bTtft: 960 }],
+    // Looked up on arrival, before a has computed anything: b holds its blocks while it waits.
+    ["arrival, prefix_lookup arrival: b looked up on arrival misses the prefix", { prefixLookup: "arrival" }, { blocks: 25 + 35, aTtft: 400, cached: 0, bTtft: 960 }],
+    // SGLang's overlap loop forms b's batch, the very next one, while a's only chunk runs,
+    // before a's prefix is in the tree: b misses it.
+    ["arrival, prefix_lookup batch (SGLang): b in the very next batch misses a prompt within one chunk", { prefixLookup: "batch" }, { blocks: 25 + 35, aTtft: 400, cached: 0, bTtft: 960 }],
     // Both share the card from the start: b looked up before a had computed anything.
     ["shared: two prompts prefilling at once each compute the common prefix", { prefillOrder: "shared" }, { blocks: 25 + 35, aTtft: 800, cached: 0, bTtft: 960 }],
   ] as const)("prefill_order %s", async (_what, overrides, want) => {
@@ -114,6 +116,29 @@ describe("SimEngine timing", () => {
     expect((await b.done).ttftModelMs).toBeCloseTo(want.bTtft, 6);
   });
 
+  it.each([
+    // a is prefilled in four 100-token chunks. b, queued behind c, joins a batch only once c
+    // has one chunk left (at 700 ms): a is all in the tree, b pays its own 160 + 0.1 × 400.
+    ["queued a batch or more behind the prefill of its prefix, a request finds it", "c", { cached: 400, bTtft: 800 + 160 + 40 }],
+    // b, right behind a, joins the batch formed while a's last chunk runs (at 300 ms): it finds
+    // a's first three chunks (18 whole blocks of 300 tokens), and computes the rest again.
+    ["in the very next batch, it misses the last chunk of that prefill", undefined, { cached: 288, bTtft: 400 + 272 + 28.8 }],
+  ] as const)("prefix_lookup batch (SGLang): %s", async (_what, between, want) => {
+    const { clock, engine } = setup({ prefixLookup: "batch", prefillChunkTokens: 100 });
+    const prefix = text(400);
+    const a = engine.submit({ prompt: prefix, maxTokens: 1, finishReason: "length" });
+    const c = between ? engine.submit({ prompt: text(400, between), maxTokens: 1, finishReason: "length" }) : undefined;
+    const b = engine.submit({ prompt: prefix + text(160, "b"), maxTokens: 1, finishReason: "length" });
+    clock.advance(1);
+    // Only a holds blocks: the others wait without KV until their batch forms.
+    expect(engine.kv().usedBlocks).toBe(25);
+    clock.runUntilIdle();
+    expect((await a.done).ttftModelMs).toBeCloseTo(400, 6);
+    if (c) expect((await c.done).ttftModelMs).toBeCloseTo(800, 6);
+    expect((await b.done).cachedTokens).toBe(want.cached);
+    expect((await b.done).ttftModelMs).toBeCloseTo(want.bTtft, 6);
+  });
+
   it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
     const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
     expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
@@ -122,8 +147,10 @@ describe("SimEngine timing", () => {
     const decode = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).decodeWhilePrefilling;
     expect([decode("vllm"), decode("sglang")]).toEqual(["chunk", "none"]);
     const lookup = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).prefixLookup;
-    expect([lookup("vllm"), lookup("vllm-details"), lookup("sglang")]).toEqual(["scheduled", "scheduled", "arrival"]);
-    expect(() => resolveSimOptions({ prefixLookup: "later" as SimOptions["prefixLookup"] })).toThrow(/prefix-lookup = "later": must be scheduled or arrival/);
+    expect([lookup("vllm"), lookup("vllm-details"), lookup("sglang")]).toEqual(["scheduled", "scheduled", "batch"]);
+    const chunk = (engine: SimOptions["engine"]) => resolveSimOptions({ engine }).prefillChunkTokens;
+    expect([chunk("vllm"), chunk("sglang"), resolveSimOptions({ engine: "sglang", prefillChunkTokens: 8192 }).prefillChunkTokens]).toEqual([2048, 4096, 8192]);
+    expect(() => resolveSimOptions({ prefixLookup: "later" as SimOptions["prefixLookup"] })).toThrow(/prefix-lookup = "later": must be scheduled, batch or arrival/);
     expect(() => resolveSimOptions({ decodeWhilePrefilling: "some" as SimOptions["decodeWhilePrefilling"] })).toThrow(/decode-while-prefilling = "some": must be chunk or none/);
     expect(() => resolveSimOptions({ prefillOrder: "lifo" as SimOptions["prefillOrder"] })).toThrow(/prefill-order = "lifo": must be arrival or shared/);
     expect(() => resolveSimOptions({ prefillChunkTokens: 0 })).toThrow(/prefill-chunk-tokens = 0: must be a positive integer/);

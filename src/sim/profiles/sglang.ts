@@ -160,15 +160,22 @@ export const sglangProfile: EngineProfile = {
   // prefill batch whenever one can be formed, a decode batch only otherwise (without
   // --enable-mixed-chunk): decoding sequences wait while prefills remain.
   decodeWhilePrefilling: "none",
-  // get_new_batch_prefill matches each waiting request against the radix tree as it joins the
-  // batch (`req.init_next_round_input(self.tree_cache)`), but the default overlap loop
+  // get_new_batch_prefill matches a waiting request against the radix tree each time it
+  // forms a batch with it (`req.init_next_round_input(self.tree_cache)`; with the default
+  // fcfs policy the requests it admits and the first it cannot), but the default overlap loop
   // (scheduler.py event_loop_overlap: `get_next_batch_to_run` before `pop_and_process` of the
-  // last batch) forms that batch before the last prefill's result has put its prefix in the
-  // tree (process_batch_result_prefill → cache_unfinished_req): a request queued behind the
-  // prefill of its prefix misses what that prefill computed in its last batch — all of it for
-  // a prompt within one --chunked-prefill-size. The sim looks it up on arrival (what was
-  // computed by then), the nearest of its two modes.
-  prefixLookup: "arrival",
+  // last batch) forms that batch before the last prefill's result has put its tokens in the
+  // tree (process_batch_result_prefill → cache_unfinished_req; a chunk before the last is
+  // stashed into the tree before the next batch forms, `stash_chunked_request`): a request
+  // queued a batch or more behind the prefill of its prefix finds it; one in the very next
+  // batch misses what that prefill computes in its last chunk — all of it for a prompt within
+  // one --chunked-prefill-size. Two requests in one batch both compute what they share.
+  prefixLookup: "batch",
+  // --chunked-prefill-size on a 24 GB card: 4096 (arg_groups/memory_hook.py
+  // handle_gpu_memory_settings: 2048 below 20 GB, 4096 below 60 GB, 8192 below 160 GB; an
+  // older server_args.py gave 2048 below 35 GB). A batch's prompt budget: what a request in the
+  // very next batch misses of the prefill before it.
+  prefillChunkTokens: 4096,
   reasoningField: "reasoning_content",
   resolveModel: (requested) => requested ?? "default",
   streamUsage: (so) => isRecord(so) && so.include_usage === true,

@@ -106,6 +106,8 @@ export interface EngineProfile {
   readonly decodeWhilePrefilling?: SimOptions["decodeWhilePrefilling"];
   /** In arrival order, when a waiting request looks its prefix up (options.ts), with its source; default arrival. */
   readonly prefixLookup?: SimOptions["prefixLookup"];
+  /** In arrival order, the prompt tokens one step computes on the 3090-class card (options.ts), with its source; default 2048. */
+  readonly prefillChunkTokens?: number;
   /** Name of the reasoning field in messages and deltas. */
   readonly reasoningField: "reasoning_content" | "reasoning";
   /**
