@@ -158,6 +158,19 @@ describe("hybrid: what a full card would lose", () => {
     return counts;
   };
 
+  it("a cold prompt when both cards are full of what is worth keeping goes to the one sent least for its KV", () => {
+    const r = router("hybrid");
+    for (const name of ["gpu0", "gpu1"]) r.index.setBudget(name, budget);
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const docOf = (d: number, tokens: number) => chat([{ role: "user", content: words(tokens, `document ${d}`) }]);
+    // Nothing continued yet: everything sent may come back. gpu0 was sent 45k, gpu1 35k (KV 30k).
+    [15_000, 15_000, 15_000].forEach((t, d) => send(r, docOf(d, t), [replicas[0]!], d));
+    [15_000, 20_000].forEach((t, d) => send(r, docOf(10 + d, t), [replicas[1]!], 10 + d));
+    const picks = [20, 21, 22].map((d) => Object.values(choice(send(r, docOf(d, 5_000), replicas, d))!).join(" "));
+    // Each pushes 5k out of either card: gpu1 until it has been sent as much as gpu0.
+    expect(picks).toEqual(["gpu1 spread", "gpu1 spread", "gpu0 spread"]);
+  });
+
   it("how long a conversation may take to come back: the longest gap between turns of the last 64 continuations; unbounded before the first", () => {
     const r = router("hybrid");
     const replicas = fleet(2);

@@ -132,13 +132,18 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
 
 /**
  * The counter over the cards with KV room for this prompt — where it pushes out nothing worth
- * keeping; the card where it pushes out least when none has room.
+ * keeping; when none has room, the card where it pushes out least, and of those the one sent
+ * least for its KV within the window (whose cache turns over slowest).
  */
 function coldSpread(up: ReplicaView[], ctx: PolicyContext): Decision {
   const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, ctx.totalChars)]));
   const roomy = up.filter((r) => lost.get(r) === 0);
   if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
+  const demand = (r: ReplicaView) => r.recentChars / r.budgetChars;
   let least = up[0]!;
-  for (const r of up) if (lost.get(r)! < lost.get(least)!) least = r;
+  for (const r of up) {
+    const d = lost.get(r)! - lost.get(least)!;
+    if (d < 0 || (d === 0 && demand(r) < demand(least))) least = r;
+  }
   return { replica: least.name, reason: "spread" };
 }
