@@ -289,10 +289,12 @@ export class PrefixIndex {
    * full card: what it holds is its budget once it was sent more than that within the window
    * (else what the index holds of it), and an LRU cache evicts the oldest first — the entry
    * the budget cut through, for the part of it still there, then the oldest held. Worth
-   * keeping: those reused or part of a conversation, and others last used at or after
-   * `keepSince` (ms): a prompt sent once may still get its next turn; one older than that,
-   * never sent again, costs nothing to lose (as in `activeWorkingSet`). The links of `chains`
-   * held there are skipped: the request itself touches them.
+   * keeping, of those used within the capacity window (as of the last `advance`): the ones
+   * reused or part of a conversation (the active working set, as `activeWorkingSet` counts
+   * it), and others last used at or after `keepSince` (ms) — a prompt sent once may still get
+   * its next turn. A prompt sent once and idle longer, or anything idle past the window,
+   * costs nothing to lose. The links of `chains` held there are skipped: the request itself
+   * touches them.
    */
   displaces(replica: string, chars: number, chains: readonly PrefixChain[], keepSince = -Infinity): number {
     const r = this.ids.get(replica);
@@ -316,7 +318,8 @@ export class PrefixIndex {
     const take = (e: number, resident: number) => {
       const lost = Math.min(resident, over);
       over -= lost;
-      if (this.flags[e]! & PERSISTED || this.last[e]! >= keepSince) kept += lost;
+      const f = this.flags[e]!;
+      if (f & COUNTED || (f & IN_WINDOW && this.last[e]! >= keepSince)) kept += lost;
     };
     if (cut !== NIL && occupied > held && !own.has(cut)) take(cut, Math.min(this.delta[cut]!, occupied - held));
     for (let e = start; e !== NIL && over > 0; e = this.next[e]!) if (!own.has(e)) take(e, this.delta[e]!);

@@ -163,6 +163,8 @@ export const UPPER_RELAX = 0.1;
 const DISTRUST_AFTER = 8;
 /** Continuations whose gap since their previous turn is remembered (see `Router.turnHorizon`). */
 const TURN_GAPS = 64;
+/** Continuations seen before their gaps are trusted to say when a prompt is not coming back. */
+const TURN_GAPS_TRUSTED = 8;
 
 export class Router {
   policy: Policy;
@@ -211,6 +213,8 @@ export class Router {
     const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
     const continuation = input.shape.continuation || this.extendsServedPrompt(input, matches);
     if (continuation) this.noteTurnGap(matches, now);
+    const keepSince = now - this.turnHorizon();
+    const displaced = new Map<string, number>();
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
@@ -265,7 +269,12 @@ export class Router {
       matches: () => matches,
       sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
       remembered: (replica) => input.chains.reduce((s, c) => s + this.index.matchRemembered(c, replica).chars, 0),
-      displaces: (replica, chars) => this.index.displaces(replica, chars, input.chains, now - this.turnHorizon()),
+      displaces: (replica, chars) => {
+        const key = `${replica}\n${chars}`;
+        let lost = displaced.get(key);
+        if (lost === undefined) displaced.set(key, (lost = this.index.displaces(replica, chars, input.chains, keepSince)));
+        return lost;
+      },
       totalChars,
       continuation,
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
@@ -549,24 +558,26 @@ export class Router {
 
   /**
    * How long after its previous turn a conversation's next turn may still come: the longest
-   * gap of the last 64 continuations this router saw (their previous turn's last use, anywhere,
-   * to now). A prompt sent once and idle longer than that is not expected back (what a card
-   * would lose by evicting it, `displaces`). Infinity until a continuation is seen: everything
-   * is then worth keeping.
+   * gap of the last 64 continuations this router saw (from the last use of the longest prefix
+   * held of each — its previous turn — to now). A prompt sent once and idle longer than that
+   * is not expected back (what a card would lose by evicting it, `displaces`). Infinity until
+   * 8 continuations have been seen: everything sent within the window is then worth keeping.
    */
   turnHorizon(): number {
+    if (this.turnGapsSeen < TURN_GAPS_TRUSTED) return Infinity;
     const n = Math.min(this.turnGapsSeen, TURN_GAPS);
-    if (n === 0) return Infinity;
     let longest = 0;
     for (let i = 0; i < n; i++) longest = Math.max(longest, this.turnGaps[i]!);
     return longest;
   }
 
   private noteTurnGap(matches: readonly PrefixMatch[], now: number): void {
-    let previous = 0;
-    for (const m of matches) previous = Math.max(previous, m.lastUsed);
-    if (previous <= 0 || now < previous) return;
-    this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous;
+    // The longest match is the conversation's own previous turn; a shorter one elsewhere (a
+    // system prompt another conversation just used) says nothing of this one's gap.
+    let previous: PrefixMatch | undefined;
+    for (const m of matches) if (m.chars > 0 && (!previous || m.chars > previous.chars || (m.chars === previous.chars && m.lastUsed > previous.lastUsed))) previous = m;
+    if (!previous || now < previous.lastUsed) return;
+    this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.lastUsed;
   }
 
   /**

@@ -45,7 +45,7 @@ const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "block-tokens": "Tokens per KV block; only full blocks are cached (16; hybrid attention/Mamba models use 400-1568)",
   "prefill-tps": "Prefill tokens/s of the card (3090: 4000)",
   "prefill-chunk-tokens":
-    "With --prefill-order arrival: prompt tokens one engine step computes (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size; 2048); a decoding sequence waits for one such chunk per token while prefills run",
+    "With --prefill-order arrival: prompt tokens one engine step computes (vLLM --max-num-batched-tokens, 2048; SGLang --chunked-prefill-size, 4096); a decoding sequence waits for one such chunk per token while prefills run (vllm), a waiting request is looked up once the prefills ahead are down to one (sglang)",
   "cached-token-cost": "Cost of a cached prompt token relative to an uncached one (0.05)",
   "decode-tps": "Decode tokens/s of one sequence alone (3090: 40)",
   "decode-batch-slowdown": "Decode slowdown per extra running sequence (0.03)",

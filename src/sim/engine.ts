@@ -411,9 +411,9 @@ export class SimEngine implements SimEngineApi {
    *   process_batch_result_prefill → `cache_unfinished_req` has put the previous batch's
    *   tokens in the tree: a request queued at least a batch behind the prefill of its prefix
    *   finds it, one in the very next batch misses that prefill's last chunk (all of it for a
-   *   prompt within one chunk). Checked at the engine's events (arrivals, prefill ends, decode
-   *   tokens), so a request may be admitted a little after the last chunk began, and see
-   *   part of it.
+   *   prompt within one chunk). The sim's prefill is fluid, not whole batches: the request is
+   *   admitted when one chunk of work is left (`batchAdmissionAt` wakes the engine then), so
+   *   it misses up to a whole chunk where SGLang misses only the last, possibly shorter one.
    * - arrival: as soon as it fits.
    */
   private admit(): void {
@@ -443,7 +443,10 @@ export class SimEngine implements SimEngineApi {
     if (this.options.prefillOrder !== "arrival" || this.options.prefixLookup !== "batch") return Infinity;
     if (this.waiting.length === 0 || this.running.length >= this.options.maxSeqs) return Infinity;
     const over = this.prefillLeft() - this.options.prefillChunkTokens;
-    return over > BATCH_SLACK * this.options.prefillChunkTokens ? this.modelTime + over / this.options.prefillTps : Infinity;
+    if (!(over > BATCH_SLACK * this.options.prefillChunkTokens)) return Infinity;
+    // A wake that float rounding puts at the present moves nothing: the next event admits instead.
+    const at = this.modelTime + over / this.options.prefillTps;
+    return at > this.modelTime ? at : Infinity;
   }
 
   /** Prefill work the admitted sequences have left (tokens). */

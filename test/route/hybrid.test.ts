@@ -133,8 +133,11 @@ describe("hybrid: what a full card would lose", () => {
   const system = words(1_000, "subagent prompt");
   const member = (burst: number, i: number) => chat([{ role: "system", content: system }, { role: "user", content: words(1_500, `burst ${burst} task ${i}`) }]);
 
-  /** An agent on gpu0 (turns at 1, 2, 4 and 5 s), a burst spread over both cards at 3 s, then a second burst at `at`. */
-  const secondBurst = (at: number, agentTurns = [1_000, 2_000, 4_000, 5_000]) => {
+  /** Every 0.3 s up to 2.4 s: eight turns, enough for their gaps to count. */
+  const early = [300, 600, 900, 1_200, 1_500, 1_800, 2_100, 2_400];
+
+  /** An agent on gpu0 (its turns at `agentTurns`, ms), a burst spread over both cards at 3 s, then a second burst at `at`. */
+  const secondBurst = (at: number, agentTurns: number[]) => {
     const r = router("hybrid");
     for (const name of ["gpu0", "gpu1"]) r.index.setBudget(name, budget); // as the fleet sets it
     const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
@@ -143,13 +146,13 @@ describe("hybrid: what a full card would lose", () => {
     expect(owner).toBe("gpu0");
     const turn = (at: number, i: number) => {
       agent.next(i);
-      agent.messages.push({ role: "user", content: words(1_000, `tool output ${i}`) });
+      agent.messages.push({ role: "user", content: words(300, `tool output ${i}`) });
       expect(choice(send(r, chat(agent.messages), replicas, at))).toEqual({ replica: "gpu0", reason: "pin" });
     };
     agentTurns.filter((t) => t < 3_000).forEach((t, i) => turn(t, i));
     for (let i = 0; i < 16; i++) sendInFlight(r, member(0, i), replicas, 3_000);
     for (const x of replicas) Object.assign(x, { inflight: 0, load: 0, queuedTokens: 0 }); // the burst is answered
-    agentTurns.filter((t) => t > 3_000).forEach((t, i) => turn(t, i + 2));
+    agentTurns.filter((t) => t > 3_000).forEach((t, i) => turn(t, i + 100));
     const counts = new Map<string, number>();
     for (let i = 0; i < 16; i++) {
       const d = sendInFlight(r, member(1, i), replicas, at)!;
@@ -171,40 +174,43 @@ describe("hybrid: what a full card would lose", () => {
     expect(picks).toEqual(["gpu1 spread", "gpu1 spread", "gpu0 spread"]);
   });
 
-  it("how long a conversation may take to come back: the longest gap between turns of the last 64 continuations; unbounded before the first", () => {
+  it("how long a conversation may take to come back: the longest gap between turns of the last 64 continuations, once 8 were seen", () => {
     const r = router("hybrid");
     const replicas = fleet(2);
     const agent = conversation(words(500, "agent"), words(1_000, "task"));
     send(r, chat(agent.messages), replicas, 0);
-    expect(r.turnHorizon()).toBe(Infinity);
-    [1_000, 4_000, 4_500].forEach((at, i) => {
+    // A shorter prefix used just now elsewhere (another agent's turn over the same system
+    // prompt) is not this conversation's previous turn.
+    const other = conversation(words(500, "agent"), words(1_000, "another task"));
+    const turnAt = (at: number, i: number) => {
       agent.next(i);
       send(r, chat(agent.messages), replicas, at);
-    });
+      send(r, chat(other.messages), replicas, at + 10);
+    };
+    [1_000, 4_000, 4_500, 5_000, 5_500, 6_000, 6_500].forEach(turnAt);
+    expect(r.turnHorizon()).toBe(Infinity); // seven seen: not yet trusted
+    turnAt(7_000, 7);
     expect(r.turnHorizon()).toBe(3_000);
-    for (let i = 3; i < 3 + 64; i++) {
-      agent.next(i);
-      send(r, chat(agent.messages), replicas, 4_500 + (i - 2) * 100);
-    }
+    for (let i = 8; i < 8 + 64; i++) turnAt(7_000 + (i - 7) * 100, i);
     expect(r.turnHorizon()).toBe(100);
   });
 
   it("a burst after the agents have gone quiet spreads evenly over a card full of the last burst's tasks: they are not coming back", () => {
-    // gpu0 holds the agent (~14k) and half the first burst (~13k): full. What a member would
+    // gpu0 holds the agent (~13k) and half the first burst (~13k): full. What a member would
     // push out there is the oldest — the first burst's tasks, sent once, long before the
-    // agent's turn gaps (≤ 2 s) — not the agent, touched after them.
-    const counts = secondBurst(20_000);
+    // agent's turn gaps (≤ 0.6 s) — not the agent, touched after them.
+    const counts = secondBurst(20_000, [...early, 3_500, 4_000]);
     expect(counts.get("gpu0")).toBe(8);
     expect(counts.get("gpu1")).toBe(8);
   });
 
-  it("…while the tasks may still get a next turn, or when what goes is a conversation, the full card gets fewer", () => {
+  it("…while the tasks may still get a next turn, before 8 turns were seen, or when what goes is a conversation, the full card gets fewer", () => {
     // At 4.5 s the first burst's tasks (3 s) are within the agent's longest gap (2 s) of them.
-    const recent = secondBurst(4_500, [1_000, 2_000, 4_000]);
-    expect(recent.get("gpu0")).toBeLessThan(8);
+    expect(secondBurst(4_500, [...early, 4_400]).get("gpu0")).toBeLessThan(8);
+    // Seven turns: their gaps are not trusted yet, so everything sent may come back.
+    expect(secondBurst(20_000, [...early.slice(2), 3_500]).get("gpu0")).toBeLessThan(8);
     // The agent's last turns came before the first burst: it is the oldest on gpu0, and goes first.
-    const pushed = secondBurst(20_000, [1_000, 2_000]);
-    expect(pushed.get("gpu0")).toBeLessThan(8);
+    expect(secondBurst(20_000, early).get("gpu0")).toBeLessThan(8);
   });
 });
 

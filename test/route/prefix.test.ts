@@ -542,6 +542,11 @@ describe("PrefixIndex.displaces: what a new prompt would push out of a full card
     idx.setBudget("gpu0", undefined);
     expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
     expect(idx.displaces("gpu1", questions, [newcomer])).toBe(0);
+    // Full again, but everything idle past the capacity window (300 s): nothing worth keeping.
+    idx.setBudget("gpu0", used);
+    expect(idx.displaces("gpu0", questions + systemChars, [newcomer])).toBe(questions + systemChars);
+    idx.advance(1_000_000);
+    expect(idx.displaces("gpu0", questions + systemChars, [newcomer])).toBe(0);
   });
 
   it("skips the request's own held prefix: it touches it, so it is not what goes", () => {

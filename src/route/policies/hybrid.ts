@@ -50,7 +50,8 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         const newChars = Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
         // Prefix KV worth keeping that this request would push out of a full card is
         // prefilled again later: priced now, so a prefix is not copied onto a card that has no
-        // room for it. One-shots' own text is not worth keeping: a card full of it has room.
+        // room for it. A one-shot's own text idle longer than conversations wait between turns
+        // is not worth keeping: a card full of it has room.
         const evicted = ctx.displaces(r.name, newChars);
         const work = (newChars + evicted) / r.charsPerToken;
         return (prefillAhead(r, work) + work) / r.prefillRate;
@@ -136,7 +137,8 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
  * least for its KV within the window (whose cache turns over slowest).
  */
 function coldSpread(up: ReplicaView[], ctx: PolicyContext): Decision {
-  const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, ctx.totalChars)]));
+  const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
+  const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0)))]));
   const roomy = up.filter((r) => lost.get(r) === 0);
   if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
   const demand = (r: ReplicaView) => r.recentChars / r.budgetChars;
