@@ -139,6 +139,19 @@ describe("SimEngine timing", () => {
     expect((await b.done).ttftModelMs).toBeCloseTo(want.bTtft, 6);
   });
 
+  it("prefix_lookup batch at a model time too large for float rounding to place the wake-up: the next event admits instead, nothing spins", async () => {
+    // 10^10 model seconds: one ulp is ~2 µs, two milliseconds of prefill at 1,000 tokens/s.
+    const clock = new ManualClock(1e13);
+    const engine = new SimEngine(resolveSimOptions({ ...SMALL, prefixLookup: "batch", prefillChunkTokens: 100 }), clock);
+    const prefix = text(400);
+    const a = engine.submit({ prompt: prefix, maxTokens: 1, finishReason: "length" });
+    const b = engine.submit({ prompt: prefix + text(160, "b"), maxTokens: 1, finishReason: "length" });
+    clock.runUntilIdle();
+    expect((await a.done).ttftModelMs).toBeCloseTo(400, -1);
+    // Admitted during a's last chunk (288 cached) or, if rounding moved it, at a's end (400).
+    expect([288, 400]).toContain((await b.done).cachedTokens);
+  });
+
   it("each engine profile brings its prefill order; an explicit one wins, a wrong one is refused", () => {
     const order = (engine: SimOptions["engine"], extra: Partial<SimOptions> = {}) => resolveSimOptions({ engine, ...extra }).prefillOrder;
     expect([order("vllm"), order("vllm-details"), order("sglang"), order("llamacpp"), order("ollama")]).toEqual(["arrival", "arrival", "arrival", "shared", "shared"]);
