@@ -52,6 +52,9 @@ function body(tokens: number, turns: number, salt: string): string {
 function routerWith(policy: PolicyName, fill: number): Router {
   const index = new PrefixIndex({ maxEntries: BOUND, ttlMs: 3_600_000, windowMs: 300_000 });
   const router = new Router({ policy: createPolicy(policy), index, hasher, maxInflight: 0, cacheAware: DEFAULT_CACHE_AWARE });
+  // Each card's KV, as the fleet gives it to the index (src/proxy/server.ts `syncBudgets`):
+  // a full card makes `hybrid` walk what the request would push out of it.
+  for (const r of replicas) index.setBudget(r.name, r.budgetChars);
   for (let i = 0; index.size < fill; i++) {
     const shape = shapeOf("chat", JSON.parse(body(2000, 4, `fill ${i}`)));
     router.commit({ shape, chains: prefixChains(shape, hasher, CHUNK_CHARS) }, { replica: `gpu${i % REPLICAS}`, reason: "spread" }, i);
