@@ -213,8 +213,8 @@ export class Router {
     const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
     const continuation = input.shape.continuation || this.extendsServedPrompt(input, matches);
     if (continuation) this.noteTurnGap(matches, now);
-    const keepSince = now - this.turnHorizon();
-    const displaced = new Map<string, number>();
+    let keepSince: number | undefined;
+    let displaced: Map<string, number> | undefined;
     const estimate = (replica: string, decision: Decision): Routed => {
       const view = fleet.find((r) => r.name === replica)!;
       const m = matches.find((x) => x.replica === replica)!;
@@ -270,6 +270,8 @@ export class Router {
       sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
       remembered: (replica) => input.chains.reduce((s, c) => s + this.index.matchRemembered(c, replica).chars, 0),
       displaces: (replica, chars) => {
+        keepSince ??= now - this.turnHorizon();
+        displaced ??= new Map();
         const key = `${replica}\n${chars}`;
         let lost = displaced.get(key);
         if (lost === undefined) displaced.set(key, (lost = this.index.displaces(replica, chars, input.chains, keepSince)));
