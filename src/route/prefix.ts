@@ -274,13 +274,7 @@ export class PrefixIndex {
     const r = this.ids.get(replica);
     if (r === undefined) return 0;
     let own = 0;
-    for (const chain of chains) {
-      for (let i = 0; i < chain.length; i++) {
-        const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
-        if (e === NIL) break;
-        if (this.last[e]! > after) own += this.delta[e]!;
-      }
-    }
+    for (const e of this.chainEntries(r, chains)) if (this.last[e]! > after) own += this.delta[e]!;
     return this.distance(replica, after, Infinity, limitChars + own).chars - own;
   }
 
@@ -304,14 +298,7 @@ export class PrefixIndex {
     const occupied = Math.min(budget, Math.max(held, this.recentOf[r]!));
     let over = occupied + chars - budget;
     if (over <= 0) return 0;
-    const own = new Set<number>();
-    for (const chain of chains) {
-      for (let i = 0; i < chain.length; i++) {
-        const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
-        if (e === NIL) break;
-        own.add(e);
-      }
-    }
+    const own = new Set(this.chainEntries(r, chains));
     const start = this.heldStart[r]!;
     const cut = start === NIL ? this.newest[r]! : this.prev[start]!;
     let kept = 0;
@@ -324,6 +311,19 @@ export class PrefixIndex {
     if (cut !== NIL && occupied > held && !own.has(cut)) take(cut, Math.min(this.delta[cut]!, occupied - held));
     for (let e = start; e !== NIL && over > 0; e = this.next[e]!) if (!own.has(e)) take(e, this.delta[e]!);
     return kept;
+  }
+
+  /** The entries replica `r` has of `chains`' links, each chain's from its first link until one is missing. */
+  private chainEntries(r: number, chains: readonly PrefixChain[]): number[] {
+    const out: number[] = [];
+    for (const chain of chains) {
+      for (let i = 0; i < chain.length; i++) {
+        const e = this.find(chain.lo[i]!, chain.hi[i]!, r);
+        if (e === NIL) break;
+        out.push(e);
+      }
+    }
+    return out;
   }
 
   /**

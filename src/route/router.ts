@@ -8,7 +8,7 @@
 import { chainChars, continuationLink, linkHash, type PrefixChain } from "./chain.ts";
 import { hex64, type Hasher } from "./hash.ts";
 import type { CacheAwareOptions } from "./options.ts";
-import { live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
+import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
 import { breakPoints, explainBreak, learnedBreak, predictedEnd, type BreakPoints, type TemplateEvidence } from "./template.ts";
 
@@ -212,7 +212,6 @@ export class Router {
     const matches = this.matchAll(input.chains, replicas);
     const totalChars = input.chains.reduce((s, c) => s + chainChars(c), 0);
     const continuation = input.shape.continuation || this.extendsServedPrompt(input, matches);
-    if (continuation) this.noteTurnGap(matches, now);
     let keepSince: number | undefined;
     let displaced: Map<string, number> | undefined;
     const estimate = (replica: string, decision: Decision): Routed => {
@@ -282,6 +281,11 @@ export class Router {
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
+    // How long this conversation took to come back: from its previous turn (its longest
+    // match; a shorter one elsewhere, a system prompt another conversation just used, says
+    // nothing of this one) to now.
+    const previous = continuation ? bestMatch(replicas, ctx) : undefined;
+    if (previous && now >= previous.match.lastUsed) this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.match.lastUsed;
     const decision = this.policy.choose(input, replicas, ctx);
     if (!decision) return undefined;
     const final = this.spill(decision, replicas);
@@ -571,15 +575,6 @@ export class Router {
     let longest = 0;
     for (let i = 0; i < n; i++) longest = Math.max(longest, this.turnGaps[i]!);
     return longest;
-  }
-
-  private noteTurnGap(matches: readonly PrefixMatch[], now: number): void {
-    // The longest match is the conversation's own previous turn; a shorter one elsewhere (a
-    // system prompt another conversation just used) says nothing of this one's gap.
-    let previous: PrefixMatch | undefined;
-    for (const m of matches) if (m.chars > 0 && (!previous || m.chars > previous.chars || (m.chars === previous.chars && m.lastUsed > previous.lastUsed))) previous = m;
-    if (!previous || now < previous.lastUsed) return;
-    this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.lastUsed;
   }
 
   /**

@@ -417,12 +417,12 @@ export class SimEngine implements SimEngineApi {
    * - arrival: as soon as it fits.
    */
   private admit(): void {
-    const lookup = this.options.prefillOrder === "arrival" ? this.options.prefixLookup : "arrival";
+    const lookup = this.lookup();
     // What the running prefills have computed is in the tree for a batch formed now.
     if (lookup === "batch" && this.waiting.length > 0) this.commitPrefillProgress();
     while (this.waiting.length > 0 && this.running.length < this.options.maxSeqs) {
       if (lookup === "scheduled" && this.running.some((s) => s.state === "prefill")) return;
-      if (lookup === "batch" && this.prefillLeft() - this.options.prefillChunkTokens > BATCH_SLACK * this.options.prefillChunkTokens) return;
+      if (lookup === "batch" && this.beyondOneChunk() > 0) return;
       const head = this.waiting[0]!;
       if (this.blockedHead?.seq === head && this.blockedHead.epoch === this.poolEpoch) return;
       if (!this.tryAdmit(head)) {
@@ -440,20 +440,25 @@ export class SimEngine implements SimEngineApi {
    * the running prefills (served one at a time at the full rate) have one chunk left.
    */
   private batchAdmissionAt(): number {
-    if (this.options.prefillOrder !== "arrival" || this.options.prefixLookup !== "batch") return Infinity;
-    if (this.waiting.length === 0 || this.running.length >= this.options.maxSeqs) return Infinity;
-    const over = this.prefillLeft() - this.options.prefillChunkTokens;
-    if (!(over > BATCH_SLACK * this.options.prefillChunkTokens)) return Infinity;
+    if (this.lookup() !== "batch" || this.waiting.length === 0 || this.running.length >= this.options.maxSeqs) return Infinity;
+    const over = this.beyondOneChunk();
+    if (over <= 0) return Infinity;
     // A wake that float rounding puts at the present moves nothing: the next event admits instead.
     const at = this.modelTime + over / this.options.prefillTps;
     return at > this.modelTime ? at : Infinity;
   }
 
-  /** Prefill work the admitted sequences have left (tokens). */
-  private prefillLeft(): number {
+  /** When a waiting request looks its prefix up: `prefixLookup` in arrival order, else as soon as it fits. */
+  private lookup(): EngineOptions["prefixLookup"] {
+    return this.options.prefillOrder === "arrival" ? this.options.prefixLookup : "arrival";
+  }
+
+  /** Prefill work the admitted sequences have left beyond one chunk (tokens; ≤ 0 within float noise of it, or less). */
+  private beyondOneChunk(): number {
     let left = 0;
     for (const s of this.running) if (s.state === "prefill") left += Math.max(0, s.prefillWork - s.prefillDone);
-    return left;
+    const over = left - this.options.prefillChunkTokens;
+    return over > BATCH_SLACK * this.options.prefillChunkTokens ? over : 0;
   }
 
   private tryAdmit(seq: Sequence): boolean {

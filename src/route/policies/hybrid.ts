@@ -46,8 +46,9 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       const up = live(replicas);
       if (up.length === 0) return undefined;
       const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
+      const missing = (r: ReplicaView) => Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
       const estimate = (r: ReplicaView) => {
-        const newChars = Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
+        const newChars = missing(r);
         // Prefix KV worth keeping that this request would push out of a full card is
         // prefilled again later: priced now, so a prefix is not copied onto a card that has no
         // room for it. A one-shot's own text idle longer than conversations wait between turns
@@ -57,7 +58,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         return (prefillAhead(r, work) + work) / r.prefillRate;
       };
 
-      const pick = rulePick(up, ctx, o, estimate);
+      const pick = rulePick(up, ctx, o, estimate, missing);
       // Priced over the turns to come, not this one: the one re-prefill is the point.
       if (pick.reason === "room") return pick;
       const picked = up.find((r) => r.name === pick.replica)!;
@@ -85,7 +86,13 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
   };
 }
 
-function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estimate: (r: ReplicaView) => number): Decision {
+function rulePick(
+  up: ReplicaView[],
+  ctx: PolicyContext,
+  o: HybridOptions,
+  estimate: (r: ReplicaView) => number,
+  missing: (r: ReplicaView) => number,
+): Decision {
   const owner = bestMatch(up, ctx);
   if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? { replica: owner.replica.name, reason: "pin" };
   const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
@@ -100,7 +107,7 @@ function rulePick(up: ReplicaView[], ctx: PolicyContext, o: HybridOptions, estim
   }
   const session = ctx.sessionReplica && up.find((r) => r.name === ctx.sessionReplica);
   if (session) return { replica: session.name, reason: "session" };
-  return coldSpread(up, ctx);
+  return coldSpread(up, ctx, missing);
 }
 
 /**
@@ -136,9 +143,8 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
  * keeping; when none has room, the card where it pushes out least, and of those the one sent
  * least for its KV within the window (whose cache turns over slowest).
  */
-function coldSpread(up: ReplicaView[], ctx: PolicyContext): Decision {
-  const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
-  const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0)))]));
+function coldSpread(up: ReplicaView[], ctx: PolicyContext, missing: (r: ReplicaView) => number): Decision {
+  const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, missing(r))]));
   const roomy = up.filter((r) => lost.get(r) === 0);
   if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
   const demand = (r: ReplicaView) => r.recentChars / r.budgetChars;
