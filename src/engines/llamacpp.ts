@@ -61,9 +61,25 @@ export const LLAMACPP: EngineProfile = {
   // a request waits for a free slot beyond that.
   prefillConcurrency: (capacity) => capacity?.slots ?? 1,
   metricsFlag: "--metrics",
+  // A unified KV (llama-server's default without --parallel: 4 slots, kv_unified) holds every
+  // running request in one n_ctx pool. server-context.cpp update_slots: when llama_decode finds
+  // no room even for a batch of one token, every processing slot gets send_error("Context size
+  // has been exceeded.", ERROR_TYPE_SERVER), is released and its prompt cleared. Seen on the
+  // real server (2 Dec 2026, -c 8192, two concurrent ~4.5k-token prompts): non-streamed, HTTP
+  // 500 {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}};
+  // streamed, HTTP 200 and that object as the stream's first and only event. The request is
+  // fine (a prompt over the context is a 400, exceed_context_size_error): the card was full.
+  kvFull: (error) => errorMessage(error) === "Context size has been exceeded.",
   // /props build_info: "b<N>-<commit>".
   version: { path: "/props", read: (b) => (b && typeof b === "object" && typeof (b as { build_info?: unknown }).build_info === "string" ? (b as { build_info: string }).build_info : undefined) },
 };
+
+/** `error.message` of an error object (llama-server's `{"error": {"code", "message", "type"}}`). */
+function errorMessage(body: unknown): string | undefined {
+  const error = body && typeof body === "object" ? (body as { error?: unknown }).error : undefined;
+  const message = error && typeof error === "object" ? (error as { message?: unknown }).message : undefined;
+  return typeof message === "string" ? message : undefined;
+}
 
 /** llama.cpp's /props: slots and the context of each (server-context.cpp get_res_props). */
 export function llamacppCapacity(props: unknown): { kvTokens: number; slots: number; blockTokens: number; source: string } | undefined {

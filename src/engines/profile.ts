@@ -120,6 +120,13 @@ export interface EngineProfile {
   metricsFlag?: string;
   /** Endpoints that say the version: path and how to read it. */
   version?: { path: string; read(body: unknown): string | undefined };
+  /**
+   * Is this error (an error body, or a stream's error event, parsed) the engine saying its KV
+   * could not hold the request beside the ones running, before it produced anything? Another
+   * replica, or this one later, can take it: the proxy fails over as for a 503, without
+   * counting it against the replica's health.
+   */
+  kvFull?(error: unknown): boolean;
 }
 
 /** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */

@@ -32,6 +32,13 @@ const LOAD_SIGNALS = ["running", "waiting", "kv_usage"] as const;
 /** Each observation keeps this share of the previous sums: recent traffic counts most. */
 const TOKENS_DECAY = 0.95;
 
+/**
+ * Share of a KV wall (in-flight prompt tokens a card failed at) that requests must stay under
+ * to be sent beside each other: the router counts prompts from characters, the engine also
+ * holds their generated tokens.
+ */
+const KV_WALL_SHARE = 0.9;
+
 /** Default characters per token until enough usage is observed. */
 export const DEFAULT_CHARS_PER_TOKEN = 4;
 
@@ -58,8 +65,12 @@ export type HealthState = "up" | "half-open" | "down";
 
 /** Why a request to a replica failed, as health weighs it. */
 export interface Failure {
-  /** refused: nothing listens (demote at once); the others count towards `health.failures`. */
-  kind: "refused" | "status" | "timeout" | "network";
+  /**
+   * refused: nothing listens (demote at once); full: the engine's KV could not hold the
+   * request beside those running (llama.cpp's unified KV), a verdict on its load, not its
+   * health (never counted); the others count towards `health.failures`.
+   */
+  kind: "refused" | "status" | "timeout" | "network" | "full";
   reason: string;
   /** Which deadline fired, for a timeout. */
   timer?: TimerKind;
@@ -83,6 +94,8 @@ export class Replica {
   served = 0;
   failovers = 0;
   errors = 0;
+  /** Requests its engine turned away because its KV was full (failed over; not a health failure). */
+  kvFull = 0;
   /** Deadlines that fired, by kind. */
   timeouts: Record<TimerKind, number> = { connect: 0, first_byte: 0, stream_idle: 0 };
   /** Times its cache was declared lost (a restart). */
@@ -174,6 +187,62 @@ export class Replica {
   usageUnasked(endpoint: string): boolean {
     if (endpoint !== "chat" && endpoint !== "completions") return true;
     return this.usageSentUnasked || this.profile?.stream.usageUnasked(endpoint) === true;
+  }
+
+  /** Prompt tokens of the requests in flight here through this router (as the router counts them). */
+  inflightTokens = 0;
+  /**
+   * The engine turned requests away as KV-full (llama.cpp's unified KV) with this many prompt
+   * tokens in flight here: until `until`, a request that would bring the in-flight tokens to
+   * 90 % of it waits for one of them to end (`admit`); one alone always goes. A low reading (other
+   * clients' load, a request that ended just before) only makes requests wait; it lapses after
+   * a capacity window.
+   */
+  kvWall?: { tokens: number; until: number };
+  /** Tokens of requests turned away as full since the last dispatch here: one overflow fails them together. */
+  private overflowTokens = 0;
+  private kvWaiters: (() => void)[] = [];
+
+  /**
+   * Wait until `tokens` more fit beside the requests in flight here (its KV wall), then count
+   * them in flight. False when `signal` aborted first (nothing counted).
+   */
+  async admit(tokens: number, signal: AbortSignal, now: () => number): Promise<boolean> {
+    while (!signal.aborted && this.inflightTokens > 0 && this.kvWall && now() < this.kvWall.until && this.inflightTokens + tokens >= KV_WALL_SHARE * this.kvWall.tokens) {
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          signal.removeEventListener("abort", wake);
+          resolve();
+        };
+        this.kvWaiters.push(wake);
+        signal.addEventListener("abort", wake, { once: true });
+      });
+    }
+    if (signal.aborted) return false;
+    this.inflightTokens += tokens;
+    this.overflowTokens = 0;
+    return true;
+  }
+
+  /** A request admitted with `tokens` is over here: those waiting for room look again, in arrival order. */
+  leave(tokens: number): void {
+    this.inflightTokens = Math.max(0, this.inflightTokens - tokens);
+    const waiters = this.kvWaiters;
+    this.kvWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  /**
+   * The engine turned a request of `tokens` (still in flight here) away as KV-full: what was in
+   * flight then, with the others that one overflow failed before it, is the wall for a
+   * capacity window (the lowest such reading while one lasts). Returns it.
+   */
+  turnedAwayFull(tokens: number, now: number, windowMs: number): number {
+    const wall = this.inflightTokens + this.overflowTokens;
+    this.overflowTokens += tokens;
+    const current = this.kvWall && now < this.kvWall.until ? this.kvWall.tokens : Infinity;
+    this.kvWall = { tokens: Math.min(current, wall), until: now + windowMs };
+    return this.kvWall.tokens;
   }
 
   /** A request committed at `at` was sent here / has ended here. */
@@ -407,6 +476,12 @@ export class Fleet {
    * down at once.
    */
   failed(replica: Replica, failure: Failure): void {
+    if (failure.kind === "full") {
+      // It answered, and coherently: its KV was busy with other requests. No verdict on health.
+      replica.kvFull++;
+      this.released(replica);
+      return;
+    }
     replica.errors++;
     replica.lastError = { message: failure.reason, at: this.now() };
     replica.consecutiveFailures++;

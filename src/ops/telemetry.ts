@@ -64,6 +64,7 @@ export class Telemetry {
     r.gauge("llmroute_panic_routes_total", "Requests routed while every replica of their pool was down (panic mode: routed to all).", () => [[{}, this.live().fleet.panicRoutes]], "counter");
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
     r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
+    r.gauge("llmroute_kv_full_total", "Requests the replica's engine turned away before the first byte because its KV could not hold them beside the running ones (llama.cpp's unified KV: \"Context size has been exceeded.\"); each was failed over.", each((x) => x.kvFull), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
     r.gauge("llmroute_conversations", "Remembered prompt tips (conversations and one-shots) per replica.", each((x) => this.live().router.index.replicaStats(x.name).tips));
     r.gauge("llmroute_working_set_tokens", "Estimated tokens of distinct prefixes used within routing.capacity_window.", () =>
@@ -182,6 +183,7 @@ export class Telemetry {
         inflight: r.inflight,
         served: r.served,
         failovers: r.failovers,
+        kv_full: r.kvFull,
         models: r.cards.map((c) => c.id),
         conversations: stats.tips,
         index_entries: stats.entries,
@@ -302,6 +304,8 @@ export interface ReplicaStatus {
   inflight: number;
   served: number;
   failovers: number;
+  /** Requests turned away because the engine's KV was full (each failed over). */
+  kv_full: number;
   models: string[];
   conversations: number;
   index_entries: number;

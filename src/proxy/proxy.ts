@@ -274,11 +274,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (result.kind === "cut") break;
       const { failure } = result;
       // Refused, or answered 502/503/504, or never connected: it computed none of the prompt.
-      if (failure.kind === "refused" || failure.kind === "status" || failure.timer === "connect") retract?.();
+      // Full: the engine cleared what it had computed of it (server-context.cpp prompt_clear).
+      if (failure.kind === "refused" || failure.kind === "status" || failure.kind === "full" || failure.timer === "connect") retract?.();
       if (failure.timer) replica.timeouts[failure.timer]++;
       allTimedOut &&= failure.kind === "timeout";
       fleet.failed(replica, failure);
       failures.push(`${replica.name}: ${failure.reason}`);
+      // Full is not for good: the card can take it once what runs there ends (its wall now
+      // makes the request wait for that), so it stays a candidate.
+      if (failure.kind === "full") tried.delete(replica.name);
       if (decision.reason === "sticky") {
         ownerDown = replica.name;
         break;
@@ -337,6 +341,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const unasked = replica.usageUnasked(ctx.shape.endpoint);
     const added = unasked ? undefined : ctx.withUsage();
     const sent = added ?? ctx.bytes;
+    // A card that turned requests away as KV-full takes no more beside its in-flight ones than
+    // it failed at: this one waits here until one ends (the engine would fail them all). Its
+    // deadlines start after: the wait is the router's queue, not the replica's silence.
+    const tokens = decided.estimate.totalChars / decided.estimate.charsPerToken;
+    if (!(await replica.admit(tokens, upstream.signal, Date.now))) {
+      release();
+      fleet.released(replica);
+      return stop?.kind === "drain" ? { kind: "cut" } : { kind: "client-gone" };
+    }
     replica.inflight++;
     replica.began(decided.committedAt);
     const dispatched = now();
@@ -364,6 +377,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       clearDeadlines();
       replica.inflight--;
       replica.ended(decided.committedAt);
+      replica.leave(tokens);
       replica.prefill.end(prefill);
       deps.cluster?.loadChanged();
       release();
@@ -423,6 +437,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
       reader?.cancel().catch(() => {});
       return fail();
     }
+    // The engine turned it away for want of KV beside the requests it runs (llama.cpp's
+    // unified KV), producing nothing: nothing reached the client, another replica can take it.
+    if (turnedAwayFull(replica, res.status, isSse, all ?? first?.value)) {
+      reader?.cancel().catch(() => {});
+      const wall = replica.turnedAwayFull(tokens, Date.now(), routing.capacity_window_ms);
+      const reason = `its KV is full ("Context size has been exceeded." with ~${Math.round(wall).toLocaleString("en-US")} prompt tokens in flight there: requests wait beyond that for ${ms(routing.capacity_window_ms)})`;
+      stop = { kind: "failure", failure: { kind: "full", reason } };
+      return fail();
+    }
     const ttftMs = now() - ctx.started;
     // A streamed answer's first byte ends its prefill. A whole answer says nothing about it,
     // nor does an error (a 400 for a prompt over the context comes at once, prefilling
@@ -450,6 +473,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       flights.delete(flight);
       replica.inflight--;
       replica.ended(decided.committedAt);
+      replica.leave(tokens);
       if (outcome === "ok") replica.served++;
       // The engine streamed usage we did not need to ask for (vLLM --enable-force-include-usage):
       // ask no more, so its stream reaches clients as it is.
@@ -596,6 +620,24 @@ export function createProxy(deps: ProxyDeps): Proxy {
 }
 
 /** A fetch error, as health weighs it. */
+/**
+ * Is this answer the engine saying its KV was full (EngineProfile.kvFull)? A whole error
+ * body (status ≥ 500), or a stream whose first event is an error: llama-server sends it as
+ * one small write, so it is the whole first chunk.
+ */
+function turnedAwayFull(replica: Replica, status: number, isSse: boolean, bytes: Uint8Array | undefined): boolean {
+  const kvFull = replica.profile?.kvFull;
+  if (!kvFull || !bytes || bytes.length > 4096 || (!isSse && status < 500)) return false;
+  const text = new TextDecoder().decode(bytes);
+  const json = isSse ? /^(?:event:[^\n]*\n)?data: ?(\{[^\n]*\})\n/.exec(text)?.[1] : text;
+  if (json === undefined) return false;
+  try {
+    return kvFull(JSON.parse(json));
+  } catch {
+    return false;
+  }
+}
+
 function classify(error: unknown, when = ""): Failure {
   const reason = describeFetchError(error);
   if (reason === "connection refused") return { kind: "refused", reason };

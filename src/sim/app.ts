@@ -82,6 +82,9 @@ export interface SimAppDeps {
 /** How long a cut stream stays open after its last event, so Bun flushes what was queued (real ms). */
 const CUT_FLUSH_MS = 20;
 
+/** A unified KV that overflowed under the running requests fails each (slots.ts ensureRoom; llama.cpp server-context.cpp update_slots). */
+const kvOverflow = () => new ApiError(500, "Context size has been exceeded.");
+
 export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps = {}): SimApp {
   const options = resolveSimOptions(input);
   const clock = deps.clock ?? realClock;
@@ -347,7 +350,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (result.reason === "cancelled") return new Response(null, { status: 499, headers: baseHeaders });
     const headers: Record<string, string> = { ...baseHeaders, ...prefixHeader(result) };
     if (result.reason !== "stop" && result.reason !== "length") {
-      const error = new ApiError(503, `sim ${options.name}: request ended (${result.reason})`);
+      const error = result.reason === "overflow" ? kvOverflow() : new ApiError(503, `sim ${options.name}: request ended (${result.reason})`);
       return ctx.endpoint === "/v1/messages" ? errorResponse(error, "anthropic", headers) : profile.errorResponse(error, headers);
     }
     return Response.json(profile.jsonBody(ctx, result), { headers });
@@ -415,6 +418,12 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
           if (finished) return;
           if (result.reason === "stop" || result.reason === "length") {
             write(format.end(result));
+            if (!finished) {
+              finished = true;
+              controller.close();
+            }
+          } else if (result.reason === "overflow" && profile.streamError) {
+            write(profile.streamError(kvOverflow()));
             if (!finished) {
               finished = true;
               controller.close();

@@ -48,8 +48,12 @@ import type { EngineOptions } from "./options.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 
 export type FinishReason = "stop" | "length";
-/** Why a sequence ended: finished normally, its client went away, a fault closed it, or a reset. */
-export type EndReason = FinishReason | "cancelled" | "fault" | "reset";
+/**
+ * Why a sequence ended: finished normally, its client went away, a fault closed it, a reset,
+ * or (slot engine, unified KV) the KV pool overflowed under every running request (slots.ts
+ * ensureRoom: llama.cpp's "Context size has been exceeded.").
+ */
+export type EndReason = FinishReason | "cancelled" | "fault" | "reset" | "overflow";
 /** Why the prefix-cache hit stopped where it did (see the header). */
 export type PrefixStop = "full" | "evicted" | "new" | "elsewhere";
 

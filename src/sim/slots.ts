@@ -764,7 +764,7 @@ export class SlotEngine implements SimEngineApi {
     if (held() <= this.totalContext) return;
     for (const seq of this.running) {
       if (!seq.endRequested) {
-        seq.endRequested = "fault";
+        seq.endRequested = "overflow";
         this.pendingEnds.push(seq);
       }
       seq.clearOnEnd = true;
@@ -856,7 +856,7 @@ export class SlotEngine implements SimEngineApi {
       if (reason === "stop" || reason === "length") {
         this.stats.completed_total++;
         this.finished[reason]++;
-      } else if (reason === "cancelled" || reason === "fault") {
+      } else if (reason === "cancelled" || reason === "fault" || reason === "overflow") {
         this.finished.abort++;
         if (reason === "cancelled") this.stats.cancelled_total++;
       }

@@ -29,6 +29,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     inflight: 0,
     served: 10,
     failovers: 0,
+    kv_full: 0,
     models: ["m"],
     conversations: 2,
     index_entries: 20,

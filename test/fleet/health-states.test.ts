@@ -198,3 +198,60 @@ describe("an active check that passes again", () => {
     expect(a.state).toBe("half-open");
   });
 });
+
+describe("a card whose KV turned requests away as full (llama.cpp's unified KV)", () => {
+  const full: Failure = { kind: "full", reason: "its KV is full" };
+  const signal = () => new AbortController().signal;
+  const clock = { t: 1_000 };
+  /** Every promise continuation already queued has run (one turn of the event loop; no time passes). */
+  const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+  const now = () => clock.t;
+
+  it("is not a health failure: ten in a row leave it up, counted apart", () => {
+    const { fleet, a } = fleetOf("a");
+    for (let i = 0; i < 10; i++) fleet.failed(a, full);
+    expect([a.state, a.consecutiveFailures, a.errors, a.kvFull]).toEqual(["up", 0, 0, 10]);
+  });
+
+  it("takes no more beside its in-flight requests than one overflow failed at: the next waits for one to end; one that fits beside goes", async () => {
+    const { a } = fleetOf("a");
+    // One overflow fails two 2,500-token prompts: the first refusal sees both in flight, the
+    // second (after the first left) sees itself and counts the first.
+    expect(await a.admit(2_500, signal(), now)).toBe(true);
+    expect(await a.admit(2_500, signal(), now)).toBe(true);
+    expect(a.turnedAwayFull(2_500, now(), 60_000)).toBe(5_000);
+    a.leave(2_500);
+    expect(a.turnedAwayFull(2_500, now(), 60_000)).toBe(5_000);
+    a.leave(2_500);
+
+    const order: string[] = [];
+    const first = a.admit(2_500, signal(), now).then(() => order.push("first"));
+    await first; // alone: always goes
+    const second = a.admit(2_500, signal(), now).then(() => order.push("second"));
+    const small = a.admit(1_000, signal(), now).then(() => order.push("small")); // 3,500 < 90 % of 5,000: goes now
+    await small;
+    expect(order).toEqual(["first", "small"]);
+    a.leave(1_000);
+    await settled();
+    expect(order).toEqual(["first", "small"]); // woken, it looked again: 2,500 + 2,500 still reaches the wall
+    expect(a.inflightTokens).toBe(2_500);
+    a.leave(2_500);
+    await second;
+    expect(order).toEqual(["first", "small", "second"]);
+    expect(a.inflightTokens).toBe(2_500);
+  });
+
+  it("a waiting request whose client leaves is not counted; the wall lapses after its window", async () => {
+    const { a } = fleetOf("a");
+    await a.admit(3_000, signal(), now);
+    a.turnedAwayFull(3_000, now(), 60_000);
+    const gone = new AbortController();
+    const waiting = a.admit(3_000, gone.signal, now);
+    gone.abort();
+    expect(await waiting).toBe(false);
+    expect(a.inflightTokens).toBe(3_000);
+    clock.t += 60_000;
+    expect(await a.admit(3_000, signal(), now)).toBe(true);
+    expect(a.inflightTokens).toBe(6_000);
+  });
+});

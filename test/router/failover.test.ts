@@ -74,6 +74,44 @@ describe("before the first byte: demote and retry", () => {
   });
 });
 
+describe("a llama.cpp card whose KV is full", () => {
+  it("turns concurrent requests away ('Context size has been exceeded.'): they fail over, the card stays up, then takes them one at a time", async () => {
+    // Two llama-servers at their default: 4 slots sharing one KV of 4,096 tokens, which two
+    // 2,500-token prompts overflow together. A 1-second prefill each: the two arrive at a card
+    // while both are still prefilling, however slow the machine.
+    const llama = { engine: "llamacpp", kvTokens: 4_096, prefillTps: 2_500 } as const;
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
+    // affinity: both requests share their first message, so both go to the card it hashes to.
+    const router = await startRouterInProcess([gpu0, gpu1], { toml: '[routing]\npolicy = "affinity"\n' });
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; kv_full: number; engine?: { family?: string } }[] };
+    await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
+
+    const system = `${crypto.randomUUID()} ${"lorem ipsum dolor sit amet ".repeat(300)}`; // ~2,000 tokens
+    const ask = (question: string) =>
+      router
+        .client()
+        .chat.completions.create({ model: "sim-model", messages: [{ role: "system", content: system }, { role: "user", content: `${question} ${"why ".repeat(500)}` }], max_tokens: 4 })
+        .withResponse();
+    const answers = await Promise.all([ask("first"), ask("second")]);
+    expect(answers.map((a) => a.response.status)).toEqual([200, 200]);
+    expect(answers.every((a) => a.data.choices[0]!.message.content!.length > 0)).toBe(true);
+    expect(answers.every((a) => a.response.headers.get("x-llmroute-route")!.endsWith(",failover"))).toBe(true);
+
+    // One overflow turned both away; after it the card they hash to took them one after the other.
+    expect(answers[0]!.response.headers.get("x-llmroute-replica")).toBe(answers[1]!.response.headers.get("x-llmroute-replica"));
+    const turnedAway = logRecords(router, "failover");
+    expect(turnedAway).toHaveLength(2);
+    expect(turnedAway.every((r) => /its KV is full \("Context size has been exceeded\." with ~[\d,]+ prompt tokens in flight there/.test(r.reason))).toBe(true);
+    // Full is a verdict on the card's load, not its health.
+    expect(logRecords(router, "replica down")).toHaveLength(0);
+    const after = await status();
+    expect(after.replicas.map((r) => r.state)).toEqual(["up", "up"]);
+    expect(after.replicas.reduce((n, r) => n + r.kv_full, 0)).toBe(turnedAway.length);
+    const metrics = await (await fetch(`${router.url}/metrics`)).text();
+    expect(metrics).toContain("# TYPE llmroute_kv_full_total counter");
+  });
+});
+
 describe("after the first byte: never retried; a client that leaves stops the engine", () => {
   it("an upstream that breaks mid-stream ends the client's stream with an error event, and no other replica is asked", async () => {
     const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1")]);

@@ -219,6 +219,23 @@ describe("llamacpp (--metrics --slots)", () => {
     expect(await (await fetch(`${s.url}/nope`)).json()).toEqual({ error: { message: "File Not Found", type: "not_found_error", code: 404 } });
   });
 
+  it("a unified KV that overflows fails the running requests as llama-server does: 500 JSON, or a stream of one error event", async () => {
+    // 4 slots sharing 4,096 tokens: two concurrent 2,500-token prompts do not fit together
+    // (the first decodes for 2.5 s, so the second arrives while it runs, however slow the box).
+    const s = await sim({ ...SMALL, engine: "llamacpp" });
+    const [plain, streamed] = await Promise.all([
+      post(s.url, "/v1/chat/completions", chatBody(words(2_500, "first"), { max_tokens: 1_000 })),
+      post(s.url, "/v1/chat/completions", chatBody(words(2_500, "second"), { stream: true })),
+    ]);
+    const error = { error: { code: 500, message: "Context size has been exceeded.", type: "server_error" } };
+    expect(plain.status).toBe(500);
+    expect(await plain.text()).toBe(JSON.stringify(error));
+    expect([streamed.status, streamed.headers.get("content-type")]).toEqual([200, "text/event-stream; charset=utf-8"]);
+    expect(await streamed.text()).toBe(`data: ${JSON.stringify(error)}\n\n`);
+    // Alone, each fits.
+    expect((await post(s.url, "/v1/chat/completions", chatBody(words(2_500, "third")))).status).toBe(200);
+  });
+
   it("/props, /slots and /metrics show the slot engine's slots: --parallel 2 splits -c, and a running request holds one slot", async () => {
     const s = await sim({ ...SMALL, engine: "llamacpp", parallel: 2, kvTokens: 8192 });
     const props = (await (await fetch(`${s.url}/props`)).json()) as Json;

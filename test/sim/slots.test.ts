@@ -403,8 +403,8 @@ describe("SlotEngine: options", () => {
     const a = h.engine.submit({ prompt: text(600, "a"), maxTokens: 1, finishReason: "length" });
     const b = h.engine.submit({ prompt: text(600, "b"), maxTokens: 1, finishReason: "length" });
     h.clock.runUntilIdle();
-    expect((await a.done).reason).toBe("fault");
-    expect((await b.done).reason).toBe("fault");
+    expect((await a.done).reason).toBe("overflow");
+    expect((await b.done).reason).toBe("overflow");
     expect(h.engine.slots().map((s) => s.cached_tokens)).toEqual([0, 0]);
   });
 

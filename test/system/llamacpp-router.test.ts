@@ -318,6 +318,39 @@ describe("capacity as llama.cpp has it", () => {
   );
 });
 
+describe("a unified KV that overflows (llama-server's default without --parallel)", () => {
+  it(
+    "two prompts that do not fit its KV together: what llama.cpp turns away is sent again once the other is done, and both clients get answers",
+    async () => {
+      // No --parallel: 4 slots sharing one pool of 8,192 tokens (kv_unified). Two ~4.4k-token
+      // prompts on one card fail there with "Context size has been exceeded." when sent at once.
+      const flags = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
+      const [a, b] = await Promise.all([startLlamaReplica({ name: "unified0", flags }), startLlamaReplica({ name: "unified1", flags })]);
+      // affinity: the two share their first message, so both go to the card it hashes to.
+      const r = await router([{ name: "gpu0", url: a.url }, { name: "gpu1", url: b.url }], `[routing]\npolicy = "affinity"\n`);
+      const client = clientOf(r.url);
+      const salt = crypto.randomUUID();
+      const ask = (label: string) =>
+        client.chat.completions
+          .create({ model: "tiny", messages: [{ role: "system", content: `Answer briefly. ${salt}` }, { role: "user", content: lines(label, 220) }], max_tokens: 4 })
+          .withResponse();
+      const answers = await Promise.all([ask("first"), ask("second")]);
+      expect(answers.map((x) => x.response.status)).toEqual([200, 200]);
+      expect(answers.every((x) => x.data.usage!.prompt_tokens > 4_000)).toBe(true);
+      // The engine did turn one away at least once (the point of the test), and the router
+      // sent it again rather than pass the 500 on; the card stayed up.
+      const s = await status(r.url);
+      const card = s.replicas.find((x) => x.name === answers[0]!.response.headers.get("x-llmroute-replica"))!;
+      expect(card.kv_full).toBeGreaterThanOrEqual(1);
+      expect(s.replicas.map((x) => x.state)).toEqual(["up", "up"]);
+      const failovers = r.log.records.filter((x) => x.msg === "failover");
+      expect(failovers.length).toBe(card.kv_full);
+      expect(failovers.every((x) => String(x.fields.reason).startsWith('its KV is full ("Context size has been exceeded."'))).toBe(true);
+    },
+    TIMEOUT,
+  );
+});
+
 describe("a replica killed and restarted mid-traffic", () => {
   it(
     "requests fail over before the first byte (no client error), the restart is seen and the replica's prefixes forgotten, and it serves again",

@@ -22,10 +22,19 @@ const MODEL = process.env.LLMROUTE_LLAMA_MODEL ?? "/work/shared/engines/tiny-qwe
 let real: { url: string; proc: ReturnType<typeof Bun.spawn> } | undefined;
 let sim: SimServer | undefined;
 
+/** Servers the later tests start. */
+const extra: ({ proc: ReturnType<typeof Bun.spawn> } | SimServer)[] = [];
+
 afterAll(async () => {
   real?.proc.kill();
   await real?.proc.exited;
   await sim?.stop();
+  for (const x of extra) {
+    if ("proc" in x) {
+      x.proc.kill();
+      await x.proc.exited;
+    } else await x.stop();
+  }
   await killAll();
 });
 
@@ -36,11 +45,12 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function startReal(): Promise<{ url: string; proc: ReturnType<typeof Bun.spawn> }> {
+/** A real llama-server: `-c 8192 --parallel 2` unless `args` say otherwise. */
+async function startReal(args: readonly string[] = ["-c", "8192", "--parallel", "2"]): Promise<{ url: string; proc: ReturnType<typeof Bun.spawn> }> {
   const bin = requireCommand(SERVER, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_SERVER)");
   requireCommand(MODEL, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_MODEL)");
   const port = await freePort();
-  const proc = Bun.spawn([bin, "-m", MODEL, "--host", "127.0.0.1", "--port", String(port), "-t", "1", "-c", "8192", "--parallel", "2", "--metrics", "--slots", "--no-webui", "-a", "sim-model"], {
+  const proc = Bun.spawn([bin, "-m", MODEL, "--host", "127.0.0.1", "--port", String(port), "-t", "1", ...args, "--metrics", "--slots", "--no-webui", "-a", "sim-model"], {
     stdout: "ignore",
     stderr: "ignore",
   });
@@ -126,5 +136,29 @@ describe("the llamacpp profile against a real llama-server", () => {
     expect(so.status).toBe(ro.status);
     expect(Object.keys(so.body.error)).toEqual(Object.keys(ro.body.error));
     expect(so.body.error.type).toBe(ro.body.error.type);
+  }, 120_000);
+
+  it("agrees on a unified KV that overflows: two prompts that fit alone but not together are failed with the same 500 body", async () => {
+    // llama-server's default (no --parallel): 4 slots sharing one KV of 8,192 tokens.
+    const [unified, simUnified] = await Promise.all([startReal(["-c", "8192"]), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, prefillTps: 2_000 })]);
+    extra.push(unified, simUnified);
+    // ~4.4k tokens each on both tokenizers (Qwen2's ~20 a line here; the sim's 4 characters a token).
+    const prompt = (url: string, label: string) =>
+      url === unified.url
+        ? Array.from({ length: 220 }, (_, i) => `${label} line ${i}: replica ${i % 7} holds ${i * 13} tokens of ${label}.`).join("\n")
+        : `${label} ${"x".repeat(4 * 4_400)}`;
+    const pair = async (url: string) =>
+      Promise.all(
+        ["first", "second"].map(async (label) => {
+          const res = await post(url, "/v1/chat/completions", { messages: [{ role: "user", content: prompt(url, label) }], max_tokens: 2 });
+          return { status: res.status, body: await res.text() };
+        }),
+      );
+    const [r, s] = [await pair(unified.url), await pair(simUnified.url)];
+    const failed = (x: { status: number; body: string }[]) => x.filter((y) => y.status === 500);
+    expect(failed(r).length).toBeGreaterThanOrEqual(1);
+    expect(failed(s).length).toBeGreaterThanOrEqual(1);
+    expect(failed(s)[0]!.body).toBe(failed(r)[0]!.body);
+    expect(JSON.parse(failed(r)[0]!.body)).toEqual({ error: { code: 500, message: "Context size has been exceeded.", type: "server_error" } });
   }, 120_000);
 });

@@ -173,6 +173,12 @@ export function slotsOf(replica: ReplicaView): SlotInfo[] {
   return engine.slots?.() ?? [{ id: 0, n_ctx: engine.perSlotContext ?? replica.contextLimit, is_processing: engine.runningCount > 0 }];
 }
 
+/** server-common.cpp format_error_response: code, message, type (and an error's extra fields). */
+function errorBody(e: ApiError) {
+  const type = e.explicitType && e.type.endsWith("_error") && e.type === e.type.toLowerCase() ? e.type : (ERROR_TYPES[e.status] ?? "server_error");
+  return { error: { code: e.status, message: e.message, type, ...e.extra } };
+}
+
 const ERROR_TYPES: Record<number, string> = {
   400: "invalid_request_error",
   401: "authentication_error",
@@ -205,10 +211,12 @@ export const llamacppProfile: EngineProfile = {
   },
   // server-http.cpp: the not-found handler writes message, type, code in that order.
   notFound: (headers) => Response.json({ error: { message: "File Not Found", type: "not_found_error", code: 404 } }, { status: 404, headers }),
-  errorResponse(e, headers) {
-    const type = e.explicitType && e.type.endsWith("_error") && e.type === e.type.toLowerCase() ? e.type : (ERROR_TYPES[e.status] ?? "server_error");
-    return Response.json({ error: { code: e.status, message: e.message, type, ...e.extra } }, { status: e.status, headers });
-  },
+  errorResponse: (e, headers) => Response.json(errorBody(e), { status: e.status, headers }),
+  // A stream whose request fails (the unified KV overflowed): server-context.cpp send_error
+  // puts the error object in the stream as one `data:` event and ends it (no [DONE]). Seen on
+  // the real server (2 Dec 2026): HTTP 200, then only
+  // `data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`.
+  streamError: (e) => [sseData(errorBody(e))],
   jsonBody,
   streamFormat,
   route(method, path, replica, headers) {

@@ -121,6 +121,8 @@ export interface EngineProfile {
   contextError(promptTokens: number, maxTokens: number | undefined, limit: number): ApiError | undefined;
   /** An error in this engine's JSON (OpenAI-shaped endpoints). */
   errorResponse(error: ApiError, headers: Record<string, string>): Response;
+  /** The frames that end a stream whose request failed in the engine; undefined: the connection drops. */
+  streamError?(error: ApiError): string[];
   jsonBody(ctx: FormatContext, result: SequenceResult): unknown;
   streamFormat(ctx: FormatContext): StreamFormat;
   /** Non-generation routes (health, models, metrics, capacity); undefined = not found. */
