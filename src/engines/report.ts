@@ -104,9 +104,12 @@ export function renderEngineReport(r: EngineReport): string[] {
   out.push(`  engine     ${family}`);
   if (r.models) out.push(`  models     ${r.models.join(", ") || "(none listed)"}`);
   const cap = f.capacity;
-  out.push(
-    `  KV         ${cap ? `${cap.kvTokens.toLocaleString("en-US")} tokens (${cap.source})${cap.slots ? `, ${cap.slots} slots of ${Math.round(cap.kvTokens / cap.slots).toLocaleString("en-US")}` : ""}${cap.blockTokens ? `, blocks of ${cap.blockTokens}` : ""}` : "not published"}`,
-  );
+  const int = (n: number) => Math.round(n).toLocaleString("en-US");
+  // llama.cpp's /props shows each slot's n_ctx: the slots share one pool of it when the KV is
+  // unified (llama-server's default without --parallel), and /props does not say which.
+  const perSlot = cap?.slots ? cap.kvTokens / cap.slots : 0;
+  const slots = cap?.slots ? `, ${cap.slots} slots of ${int(perSlot)}${cap.slots > 1 ? ` (or one KV of ${int(perSlot)} they share, if unified: llama-server's default without --parallel)` : ""}` : "";
+  out.push(`  KV         ${cap ? `${int(cap.kvTokens)} tokens (${cap.source})${slots}${cap.blockTokens ? `, blocks of ${cap.blockTokens}` : ""}` : "not published"}`);
   out.push(`  metrics    ${f.metrics.state === "ok" ? `${f.metrics.path}${f.cacheCounters ? " (cache counters: yes)" : " (cache counters: no)"}` : f.metrics.state === "off" ? "off (metrics = false)" : `none at ${f.metrics.path} (${f.metrics.reason})`}`);
   if (r.cachedTokens) out.push(`  cached     ${r.cachedTokens.detail}`);
   for (const m of r.missing) out.push(`  missing    ${m.what}\n             → ${m.fix}`);

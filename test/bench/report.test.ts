@@ -400,8 +400,15 @@ describe("index corrections, checked against the sim's evictions", () => {
   it("the hit table shows them per arm and per replica", () => {
     const w = summarizeWorkload({ workload: "shared", arms: [{ arm: "hybrid", samples: judged, bursts: [], wallMs: 1 }] }, replicas);
     const text = hitTable(w, replicas);
-    expect(text.split("\n")[0]).toMatch(/delivered\s+corrections \(false\)\s+template\s+gpu0 n a\/c\/d corrections \(false\)\s+gpu1 n a\/c\/d corrections \(false\)$/);
-    expect(text).toMatch(/^hybrid\s+-\s+-\s+90%\s+3 \(2\)\s+1\s+5 -\/-\/90% 2 \(1\)\s+1 -\/-\/90% 1 \(1\)$/m);
+    expect(text.split("\n")[0]).toMatch(/delivered\s+lost evicted\/elsewhere\s+corrections \(false\)\s+template\s+gpu0 n a\/c\/d corrections \(false\)\s+gpu1 n a\/c\/d corrections \(false\)$/);
+    // Each request missed 100 of its 1,000 tokens; the sim put one such miss down to an eviction.
+    expect(text).toMatch(/^hybrid\s+-\s+-\s+90%\s+2%\/0%\s+3 \(2\)\s+1\s+5 -\/-\/90% 2 \(1\)\s+1 -\/-\/90% 1 \(1\)$/m);
+  });
+
+  it("what was lost to evictions and to a prefix held where the engine did not let the request use it (a busy llama.cpp slot), ÷ Σ prompt tokens; only when every response said", () => {
+    const samples = [oneShot(0, { simStop: "elsewhere", cachedTokens: 0 }), oneShot(1, { simStop: "evicted", cachedTokens: 400 }), oneShot(2, { simStop: "full" }), oneShot(3, { simStop: "new" })];
+    expect(hitDecomposition(samples, replicas).lost).toEqual({ evicted: 600 / 4_000, elsewhere: 1_000 / 4_000 });
+    expect(hitDecomposition([...samples, oneShot(4)], replicas).lost).toBeUndefined();
   });
 
   it("isCapacityWarning keeps the router's capacity findings, whichever KV they were measured against, and kv_tokens contradictions", () => {
