@@ -6,7 +6,7 @@
  * workload — and the text report's tables; the headline ratios last.
  */
 import type { WorkloadName } from "./args.ts";
-import { fmt, hasBlocks, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
+import { FAILED_MARK, fmt, hasBlocks, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
 import {
   correctionSummary,
   describeRun,
@@ -205,8 +205,8 @@ export function matrixHtml(m: Matrix): string {
       if (!tier) return "<td>-</td>";
       const shade = c.relative > 2 ? SHADES.worst : SHADES[tier];
       const spread = spreadOf(c);
-      const title = `${fmt(c.value, r.unit)}; n=${c.n.join("+")}${spread ? `; runs ${c.runs.map((v) => fmt(v, r.unit)).join(", ")}` : ""}`;
-      return `<td style="background:${shade}" title="${escapeHtml(title)}">${c.relative.toFixed(2)}×${spread ? ` <small>${spread}</small>` : ""}</td>`;
+      const title = `${fmt(c.value, r.unit)}; n=${c.n.join("+")}${spread ? `; runs ${c.runs.map((v) => fmt(v, r.unit)).join(", ")}` : ""}${c.failed > 0 ? `; ${c.failed} requests failed: over the survivors` : ""}`;
+      return `<td style="background:${shade}" title="${escapeHtml(title)}">${c.relative.toFixed(2)}×${spread ? ` <small>${spread}</small>` : ""}${c.failed > 0 ? FAILED_MARK : ""}</td>`;
     });
     return `<tr>${blocks ? `<td>${escapeHtml(r.engine ?? "-")}</td>` : ""}<td>${r.workload}</td><td>${escapeHtml(r.what)}</td><td class="num">${sampleSize(r)}</td>${cells.join("")}<td class="num">${escapeHtml(`${fmt(r.best.value, r.unit)} ${r.best.arm}`)}</td></tr>`;
   });
@@ -215,7 +215,7 @@ export function matrixHtml(m: Matrix): string {
     .join(" ");
   const runs = m.runs > 1 ? ` Median of ${m.runs} runs; ± is half the runs' range.` : "";
   return `<table class="matrix${blocks ? " blocks" : ""}">${head}${rows.join("")}</table>
-<p class="note">Each cell: the arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best).${runs} n = samples per arm${m.runs > 1 ? " and run" : ""}; hover a cell for its value. ${legend}</p>`;
+<p class="note">Each cell: the arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best).${runs} n = samples per arm${m.runs > 1 ? " and run" : ""}; hover a cell for its value.${m.rows.some((r) => r.cells.some((c) => c.failed > 0)) ? ` ${FAILED_MARK} requests failed in that arm: its figure is over the survivors, so it is not the best unless every arm lost some.` : ""} ${legend}</p>`;
 }
 
 /** One engine setup's sections: per workload its charts, tables and notes, then its headline ratios. */

@@ -20,6 +20,8 @@ export interface MatrixCell {
   runs: number[];
   /** Sample size behind each run's figure. */
   n: number[];
+  /** Requests of the workload that failed in this arm, over all runs: its figure is over the survivors. */
+  failed: number;
 }
 
 export interface MatrixRow {
@@ -89,18 +91,24 @@ export function buildMatrix(perRun: readonly (readonly WorkloadSummary[])[], eng
       const cells = arms.map((arm): MatrixCell => {
         const runs: number[] = [];
         const n: number[] = [];
+        let failed = 0;
         for (const run of perRun) {
           const s = run.find((x) => x.workload === w.workload)?.arms.find((x) => x.arm === arm);
           const f = s && figure(w.workload, s);
           runs.push(f ? f.value : NaN);
           n.push(f ? f.n : 0);
+          failed += s?.errors ?? 0;
           if (f) ({ what, unit } = f);
         }
         const measured = runs.filter(Number.isFinite);
-        return { arm, value: measured.length === 0 ? NaN : median(measured), relative: NaN, runs, n };
+        return { arm, value: measured.length === 0 ? NaN : median(measured), relative: NaN, runs, n, failed };
       });
+      // An arm whose requests failed is measured over the survivors (a conversation that
+      // failed is not continued): it sets the row's best only when every arm lost some.
       const finite = cells.filter((c) => Number.isFinite(c.value));
-      const best = finite.length === 0 ? { arm: "-", value: NaN } : finite.reduce((b, c) => (c.value < b.value ? c : b));
+      const whole = finite.filter((c) => c.failed === 0);
+      const candidates = whole.length > 0 ? whole : finite;
+      const best = candidates.length === 0 ? { arm: "-", value: NaN } : candidates.reduce((b, c) => (c.value < b.value ? c : b));
       for (const c of cells) c.relative = c.value / best.value;
       rows.push({ ...(engine === undefined ? {} : { engine }), workload: w.workload, what, unit, best: { arm: best.arm, value: best.value }, cells });
     }
@@ -113,7 +121,7 @@ export function stackMatrices(blocks: readonly Matrix[]): Matrix {
   if (blocks.length === 1) return blocks[0]!;
   const arms = [...new Set(blocks.flatMap((m) => m.arms))];
   const rows = blocks.flatMap((m) =>
-    m.rows.map((r) => ({ ...r, cells: arms.map((arm) => r.cells.find((c) => c.arm === arm) ?? { arm, value: NaN, relative: NaN, runs: [], n: [] }) })),
+    m.rows.map((r) => ({ ...r, cells: arms.map((arm) => r.cells.find((c) => c.arm === arm) ?? { arm, value: NaN, relative: NaN, runs: [], n: [], failed: 0 }) })),
   );
   return { runs: Math.max(...blocks.map((m) => m.runs)), arms, rows };
 }
@@ -152,14 +160,20 @@ export function cellText(cell: MatrixCell): string {
   const tier = tierOf(cell.relative);
   if (!tier) return "-";
   const spread = spreadOf(cell);
-  return `${cell.relative.toFixed(2)}×${spread ? ` ${spread}` : ""} ${TIER_MARK[tier]}`;
+  return `${cell.relative.toFixed(2)}×${spread ? ` ${spread}` : ""} ${TIER_MARK[tier]}${cell.failed > 0 ? FAILED_MARK : ""}`;
 }
+
+/** After a cell whose arm had failed requests in that workload. */
+export const FAILED_MARK = "†";
 
 export function matrixText(m: Matrix): string {
   const many = m.runs > 1;
   const head = [
     `Each arm's headline figure ÷ the best arm's (lower is better; 1.00× = the best)${many ? `, median of ${m.runs} runs, ± half their range` : ""}.`,
     `● within 5 % of the best   ◐ within 25 %   ○ further   n = samples per arm${many ? " and run" : ""}`,
+    ...(m.rows.some((r) => r.cells.some((c) => c.failed > 0))
+      ? [`${FAILED_MARK} requests failed in that arm: its figure is over the survivors, so it is not the best unless every arm lost some`]
+      : []),
   ];
   const blocks = hasBlocks(m);
   const lead = blocks ? 1 : 0;

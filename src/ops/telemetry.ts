@@ -143,6 +143,16 @@ export class Telemetry {
         findings.push({ id: `${r.name}/${kind}`, replica: r.name, kind, line, details });
       };
       if (cap?.over && cap.finding) warn("capacity", cap.finding, cap.finding, cap.advice ?? null);
+      const wall = r.kvWall && now < r.kvWall.until ? r.kvWall : undefined;
+      if (wall) {
+        const tokens = Math.round(wall.tokens).toLocaleString("en-US");
+        warn(
+          "capacity",
+          `its KV turned requests away as full with ~${tokens} prompt tokens in flight (llama.cpp: "Context size has been exceeded."): requests there take turns below that until ${new Date(wall.until).toISOString()}`,
+          `KV full with ~${tokens} prompt tokens in flight: requests there take turns`,
+          `The engine failed the requests it was running together because its KV could not hold them (a llama.cpp unified KV: all slots share one n_ctx). The router sent them again and holds requests to this card while the prompts in flight there would reach 90 % of ~${tokens} tokens, so they wait instead of failing. What helps: a larger -c, fewer concurrent long conversations per card, or more cards.`,
+        );
+      }
       if (r.state !== "up" && r.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
       const truth = router.truthOf(r.name);
       if (truth.distrusted) {

@@ -18,7 +18,7 @@ function row(workload: WorkloadName, what: string, unit: "ms" | "s", values: Rec
     what,
     unit,
     best: { arm: best, value: values[best]! },
-    cells: ARMS.map((arm) => ({ arm, value: values[arm]!, relative: values[arm]! / values[best]!, runs: [values[arm]!], n: [15] })),
+    cells: ARMS.map((arm) => ({ arm, value: values[arm]!, relative: values[arm]! / values[best]!, runs: [values[arm]!], n: [15], failed: 0 })),
   };
 }
 
@@ -64,6 +64,6 @@ describe("the demo's reading", () => {
   });
 
   it("nothing measured: nothing to read", () => {
-    expect(demoReading({ runs: 1, arms: ARMS, rows: [{ workload: "agent", what: "warm-turn TTFT p50", unit: "ms", best: { arm: "-", value: NaN }, cells: ARMS.map((arm) => ({ arm, value: NaN, relative: NaN, runs: [NaN], n: [0] })) }] })).toEqual([]);
+    expect(demoReading({ runs: 1, arms: ARMS, rows: [{ workload: "agent", what: "warm-turn TTFT p50", unit: "ms", best: { arm: "-", value: NaN }, cells: ARMS.map((arm) => ({ arm, value: NaN, relative: NaN, runs: [NaN], n: [0], failed: 0 })) }] })).toEqual([]);
   });
 });

@@ -279,6 +279,21 @@ describe("the matrix: each arm ÷ the best arm, per workload", () => {
     expect(burst!.cells.map((c) => c.relative)).toEqual([1, 30_000 / 18_000, NaN]);
   });
 
+  it("an arm whose requests failed is measured over the survivors: it is marked, and not the best unless every arm lost some", () => {
+    const failing = (arm: ArmResult["arm"], warm: number): ArmResult => ({ ...agentArm(arm, warm), samples: [...agentArm(arm, warm).samples, turn(1, 1, 0, { status: 500, error: "HTTP 500" })] });
+    const m = buildMatrix([[{ workload: "capacity", arms: [summarizeArm("capacity", failing("cache-aware", 1_300), replicas), summarizeArm("capacity", agentArm("hybrid", 5_600), replicas)] }]]);
+    const [cacheAware, hybrid] = m.rows[0]!.cells;
+    expect(cacheAware).toMatchObject({ failed: 1, relative: 1_300 / 5_600 });
+    expect(hybrid).toMatchObject({ failed: 0, relative: 1 });
+    expect(m.rows[0]!.best.arm).toBe("hybrid");
+    const text = matrixText(m);
+    expect(text).toContain("0.23× ●†");
+    expect(text).toContain("† requests failed in that arm: its figure is over the survivors");
+    const allFailed = buildMatrix([[{ workload: "capacity", arms: [summarizeArm("capacity", failing("cache-aware", 1_300), replicas), summarizeArm("capacity", failing("hybrid", 5_600), replicas)] }]]);
+    expect(allFailed.rows[0]!.best.arm).toBe("cache-aware");
+    expect(matrixText(one)).not.toContain("†");
+  });
+
   it("mixed gets two rows: its agents' turns and its bursts", () => {
     const mixed: WorkloadSummary = { workload: "mixed", arms: [summarizeArm("mixed", { ...agentArm("hybrid", 1_000), bursts: [{ group: 0, wallMs: 8_000, size: 16 }] }, replicas)] };
     expect(buildMatrix([[mixed]]).rows.map((r) => r.what)).toEqual(["agent warm-turn TTFT p50", "burst wall p50"]);

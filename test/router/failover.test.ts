@@ -83,7 +83,7 @@ describe("a llama.cpp card whose KV is full", () => {
     const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
     // affinity: both requests share their first message, so both go to the card it hashes to.
     const router = await startRouterInProcess([gpu0, gpu1], { toml: '[routing]\npolicy = "affinity"\n' });
-    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; kv_full: number; engine?: { family?: string } }[] };
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; kv_full: number; warnings: string[]; engine?: { family?: string } }[] };
     await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
 
     const system = `${crypto.randomUUID()} ${"lorem ipsum dolor sit amet ".repeat(300)}`; // ~2,000 tokens
@@ -107,6 +107,9 @@ describe("a llama.cpp card whose KV is full", () => {
     const after = await status();
     expect(after.replicas.map((r) => r.state)).toEqual(["up", "up"]);
     expect(after.replicas.reduce((n, r) => n + r.kv_full, 0)).toBe(turnedAway.length);
+    // The card says why its requests take turns.
+    const card = after.replicas.find((r) => r.name === answers[0]!.response.headers.get("x-llmroute-replica"))!;
+    expect(card.warnings.join("\n")).toMatch(/its KV turned requests away as full with ~[\d,]+ prompt tokens in flight \(llama\.cpp: "Context size has been exceeded\."\): requests there take turns below that until /);
     const metrics = await (await fetch(`${router.url}/metrics`)).text();
     expect(metrics).toContain("# TYPE llmroute_kv_full_total counter");
   });
