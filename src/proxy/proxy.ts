@@ -619,7 +619,6 @@ export function createProxy(deps: ProxyDeps): Proxy {
   };
 }
 
-/** A fetch error, as health weighs it. */
 /**
  * Is this answer the engine saying its KV was full (EngineProfile.kvFull)? A whole error
  * body (status ≥ 500), or a stream whose first event is an error: llama-server sends it as
@@ -638,6 +637,7 @@ function turnedAwayFull(replica: Replica, status: number, isSse: boolean, bytes:
   }
 }
 
+/** A fetch error, as health weighs it. */
 function classify(error: unknown, when = ""): Failure {
   const reason = describeFetchError(error);
   if (reason === "connection refused") return { kind: "refused", reason };
