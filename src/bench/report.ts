@@ -103,10 +103,10 @@ export interface HitDecomposition extends HitRates {
   /** The same, over the requests each replica served. */
   perReplica: Record<string, HitRates>;
   /**
-   * On sims (each response says why its hit stopped: x-sim-prefix), prompt tokens missed
-   * after a hit stopped at an evicted block, or at a prefix the card held where the engine
-   * did not let the request use it (llama.cpp: another slot, busy) — each Σ ÷ Σ prompt tokens.
-   * The rest of what was missed was never computed on that card.
+   * On sims (each response says why its hit stopped and how much of the prefix the card held:
+   * x-sim-prefix), the prompt tokens the card had computed and evicted, and those it held
+   * where the engine did not let the request use them (llama.cpp: another slot, busy), beyond
+   * the hit — each Σ ÷ Σ prompt tokens. The rest of what was missed was not on that card.
    */
   lost?: { evicted: number; elsewhere: number };
 }
@@ -184,7 +184,7 @@ export function hitDecomposition(samples: readonly Sample[], replicas: readonly 
   const out: HitDecomposition = { ...hitRates(samples), perReplica: Object.fromEntries(names.map((r) => [r, hitRates(samples.filter((s) => s.replica === r))])) };
   const prompt = samples.reduce((a, s) => a + s.promptTokens, 0);
   if (samples.length > 0 && prompt > 0 && samples.every((s) => s.simStop !== undefined)) {
-    const missed = (stop: string) => samples.reduce((a, s) => a + (s.simStop === stop ? Math.max(0, s.promptTokens - s.cachedTokens) : 0), 0) / prompt;
+    const missed = (stop: string) => samples.reduce((a, s) => a + (s.simStop === stop ? Math.max(0, (s.simHeld ?? s.cachedTokens) - s.cachedTokens) : 0), 0) / prompt;
     out.lost = { evicted: missed("evicted"), elsewhere: missed("elsewhere") };
   }
   return out;
@@ -534,7 +534,7 @@ export const HIT_NOTE =
   "available: prompt tokens cached on some replica when the request was routed, by the router's index (oracle: by the sims); captured: on the replica chosen; " +
   "delivered: on sims, the prompt tokens the sim found cached (its x-sim-prefix header: the vllm and ollama profiles report none in usage), on real replicas usage's cached_tokens. " +
   "Each Σ ÷ Σ prompt tokens; - = the router does not report it. ceiling: the best any placement can deliver (each document's, group's or prompt's first request misses).\n" +
-  "lost evicted/elsewhere (sims): prompt tokens missed because the card had evicted them, or held them where the engine did not let the request use them (llama.cpp: in another slot, busy with another request: no placement avoids it while only one copy exists), ÷ Σ prompt tokens; the rest of what was missed was never computed on that card.\n" +
+  "lost evicted/elsewhere (sims): prompt tokens the chosen card had computed and evicted, or held where the engine did not let the request use them (llama.cpp: in another slot, busy with another request: no placement avoids it while only one copy exists), beyond the hit, ÷ Σ prompt tokens; the rest of what was missed was not on that card.\n" +
   "corrections (false): responses the router judged a miss and corrected its index for (dropped that replica's entries as evicted), and in brackets how many of them were false: " +
   "the sim had evicted nothing there (its stop was new or full, not evicted); ? = not checkable (real replicas); none judged: no response carried cached tokens to judge (vllm, ollama). template: shortfalls the router put down to the chat template (no correction).\n" +
   "warm pinned: conversation turns ≥ 2 sent to the replica that served the previous turn, of all such turns; turns delivered: the same hit rate over the conversations' turns; " +

@@ -56,8 +56,10 @@ export interface Sample {
   cachedTokens: number;
   /** usage's cached_tokens, when usage carried one (on sims it equals cachedTokens wherever the profile reports it). */
   reportedCachedTokens?: number;
-  /** Sims: why the cache hit stopped where it did (full, evicted, new). */
+  /** Sims: why the cache hit stopped where it did (full, evicted, new, elsewhere). */
   simStop?: SimStop;
+  /** Sims: how much of the prompt's prefix the replica held (≥ cachedTokens: beyond it, evicted or held elsewhere). */
+  simHeld?: number;
   /** The router's judgement of the engine's report (its request record): a "miss" dropped index entries as evicted. */
   verdict?: Verdict;
   completionTokens: number;
@@ -371,7 +373,7 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
     // --enable-prompt-tokens-details and Ollama report nothing); a real engine's usage is all there is.
     cachedTokens: out.sim?.cachedTokens ?? out.cachedTokens,
     ...(out.cachedReported ? { reportedCachedTokens: out.cachedTokens } : {}),
-    ...(out.sim ? { simStop: out.sim.stop } : {}),
+    ...(out.sim ? { simStop: out.sim.stop, simHeld: out.sim.heldTokens } : {}),
     ...(out.verdict ? { verdict: out.verdict } : {}),
     completionTokens: out.completionTokens,
     ...(out.availableTokens === undefined ? {} : { availableTokens: out.availableTokens }),

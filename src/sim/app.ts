@@ -10,7 +10,8 @@
  * Generation requests pass, in order: loading check (503) → parse and render (400/404) →
  * context-length check (400) → stall fault → fail fault → the engine. A client that goes
  * away (request signal or stream cancel) stops its sequence and frees its KV. Every
- * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>`:
+ * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>`
+ * (and `; held=<tokens>` when the replica held more of the prefix than the request could use):
  * why its prefix-cache hit stopped where it did (engine-api.ts, PrefixStop) — the truth the
  * bench compares the router's index corrections with.
  */
@@ -329,8 +330,11 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     return { role: "assistant", content, reasoning };
   }
 
-  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop">): Record<string, string> =>
-    seq.prefixStop === undefined ? {} : { "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}` };
+  // `held` only when the replica held more of the prefix than the request could use.
+  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop" | "heldTokens">): Record<string, string> =>
+    seq.prefixStop === undefined
+      ? {}
+      : { "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}${seq.heldTokens > seq.cachedTokens ? `; held=${seq.heldTokens}` : ""}` };
 
   async function whole(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
     const seq = engine.submit({

@@ -67,6 +67,8 @@ export interface SequenceResult {
   cachedTokens: number;
   /** Why the hit stopped there (undefined if the sequence was never admitted). */
   prefixStop: PrefixStop | undefined;
+  /** See SimSequence.heldTokens. */
+  heldTokens: number;
   /** Real ms from submit to the first token (undefined if none was produced). */
   ttftMs: number | undefined;
   /** The same in model time (what a full-scale card would show). */
@@ -89,6 +91,13 @@ export interface SimSequence {
   readonly cachedTokens: number;
   /** Set at first admission. */
   readonly prefixStop: PrefixStop | undefined;
+  /**
+   * How much of the prompt's prefix this replica held at first admission, wherever it was:
+   * the hit, and beyond it, for `evicted`, the blocks computed here and evicted since, for
+   * `elsewhere`, what another slot or the RAM cache held. So what placement could not have
+   * recovered there is heldTokens − cachedTokens.
+   */
+  readonly heldTokens: number;
   readonly done: Promise<SequenceResult>;
 }
 

@@ -63,6 +63,7 @@ export class Sequence implements SimSequence {
   genText = "";
   cachedTokens = 0;
   prefixStop: PrefixStop | undefined;
+  heldTokens = 0;
   admissions = 0;
   blocks: number[] = [];
   hashes: BlockHash[] = [];
@@ -384,6 +385,7 @@ export class SimEngine implements SimEngineApi {
         completionTokens: seq.generated,
         cachedTokens: seq.cachedTokens,
         prefixStop: seq.prefixStop,
+        heldTokens: seq.heldTokens,
         ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
         ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
         durationMs: this.clock.now() - seq.arrivalMs,
@@ -487,6 +489,7 @@ export class SimEngine implements SimEngineApi {
     if (seq.admissions === 0) {
       seq.cachedTokens = cached;
       seq.prefixStop = this.stopReason(seq, hits.length, maxHit);
+      seq.heldTokens = seq.prefixStop === "evicted" ? Math.min(seq.promptTokens, this.computedRun(seq, hits.length, maxHit) * B) : cached;
       this.stats.cached_tokens_total += cached;
       this.stats[`stop_${seq.prefixStop}_total`]++;
     }
@@ -499,6 +502,13 @@ export class SimEngine implements SimEngineApi {
   private stopReason(seq: Sequence, hit: number, maxHit: number): PrefixStop {
     if (hit >= maxHit) return "full";
     return this.computed.has(this.hashAt(seq, hit)) ? "evicted" : "new";
+  }
+
+  /** The blocks from `from` on, up to `maxHit`, that were computed here in a row (evicted since). */
+  private computedRun(seq: Sequence, from: number, maxHit: number): number {
+    let b = from;
+    while (b < maxHit && this.computed.has(this.hashAt(seq, b))) b++;
+    return b;
   }
 
   private preempt(seq: Sequence): void {

@@ -716,7 +716,9 @@ export class SlotEngine implements SimEngineApi {
     let nPast = cachePrompt ? commonPrefixTokens(slot.content, seq.prompt, this.cpt) : 0;
     // [TAG_PROMPT_LOGITS] "need to evaluate at least 1 token for each active slot".
     if (nPast === n && nPast > 0) nPast--;
-    seq.prefixStop = cachePrompt && nPast < n - 1 ? this.stopReason(slot, seq.prompt, nPast) : "full";
+    const stop = cachePrompt && nPast < n - 1 ? this.stopReason(slot, seq.prompt, nPast, n) : { stop: "full" as const, held: nPast };
+    seq.prefixStop = stop.stop;
+    seq.heldTokens = stop.held;
     // slot.prompt.tokens.keep_first(n_past): the rest of the slot's old KV is dropped.
     this.droppedTokens += Math.max(0, this.tokenizer.count(slot.content) - nPast);
     slot.content = seq.prompt.slice(0, nPast * this.cpt);
@@ -735,16 +737,27 @@ export class SlotEngine implements SimEngineApi {
     if (this.options.kvUnified) this.ensureRoom();
   }
 
-  /** Why the hit of `nPast` tokens stopped (engine-api.ts PrefixStop; `elsewhere` is this engine's). */
-  private stopReason(own: Slot, prompt: string, nPast: number): PrefixStop {
+  /**
+   * Why the hit of `nPast` tokens stopped (engine-api.ts PrefixStop; `elsewhere` is this
+   * engine's), and how far the prompt's prefix was held here (SimSequence.heldTokens): the
+   * longest match in another slot or the RAM cache, or the longest prefix computed here.
+   */
+  private stopReason(own: Slot, prompt: string, nPast: number, promptTokens: number): { stop: PrefixStop; held: number } {
     const need = nPast + 1;
-    for (const slot of this.slotList) {
-      if (slot !== own && commonPrefixTokens(this.contentOf(slot), prompt, this.cpt) >= need) return "elsewhere";
+    let elsewhere = 0;
+    for (const slot of this.slotList) if (slot !== own) elsewhere = Math.max(elsewhere, commonPrefixTokens(this.contentOf(slot), prompt, this.cpt));
+    for (const entry of this.ramCache?.entries ?? []) elsewhere = Math.max(elsewhere, commonPrefixTokens(entry.content, prompt, this.cpt));
+    if (elsewhere >= need) return { stop: "elsewhere", held: Math.min(promptTokens, elsewhere) };
+    if (!this.computed.has(prompt, need * this.cpt)) return { stop: "new", held: nPast };
+    // Every prefix of a computed prefix was computed: the longest one, by bisection.
+    let lo = need;
+    let hi = promptTokens;
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (this.computed.has(prompt, mid * this.cpt)) lo = mid;
+      else hi = mid - 1;
     }
-    for (const entry of this.ramCache?.entries ?? []) {
-      if (commonPrefixTokens(entry.content, prompt, this.cpt) >= need) return "elsewhere";
-    }
-    return this.computed.has(prompt, need * this.cpt) ? "evicted" : "new";
+    return { stop: "evicted", held: lo };
   }
 
   /**
@@ -867,6 +880,7 @@ export class SlotEngine implements SimEngineApi {
         completionTokens: seq.generated,
         cachedTokens: seq.cachedTokens,
         prefixStop: seq.prefixStop,
+        heldTokens: seq.heldTokens,
         ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
         ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
         durationMs: this.clock.now() - seq.arrivalMs,

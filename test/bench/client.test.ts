@@ -47,9 +47,9 @@ describe("sendChat", () => {
   });
 
   it("reads a sim's own account of its cache hit from x-sim-prefix", async () => {
-    const headers = { "content-type": "text/event-stream", "x-llmroute-replica": "gpu0", "x-llmroute-route": "pin", "x-sim-prefix": "cached=6320; stop=evicted" };
+    const headers = { "content-type": "text/event-stream", "x-llmroute-replica": "gpu0", "x-llmroute-route": "pin", "x-sim-prefix": "cached=6320; stop=evicted; held=8000" };
     const { fetch, now } = fakeFetch([delta("ab"), usage], { headers });
-    expect((await sendChat("http://x", {}, { fetch, now })).sim).toEqual({ cachedTokens: 6_320, stop: "evicted" });
+    expect((await sendChat("http://x", {}, { fetch, now })).sim).toEqual({ cachedTokens: 6_320, stop: "evicted", heldTokens: 8_000 });
     const { fetch: plain, now: n2 } = fakeFetch([delta("ab"), usage]);
     expect((await sendChat("http://x", {}, { fetch: plain, now: n2 })).sim).toBeUndefined();
   });
@@ -112,9 +112,11 @@ describe("sendChat", () => {
 
 describe("parseSimPrefix", () => {
   it.each([
-    ["cached=0; stop=new", { cachedTokens: 0, stop: "new" }],
-    ["cached=122624; stop=full", { cachedTokens: 122_624, stop: "full" }],
-    [" cached=16; stop=evicted ", { cachedTokens: 16, stop: "evicted" }],
+    ["cached=0; stop=new", { cachedTokens: 0, stop: "new", heldTokens: 0 }],
+    ["cached=122624; stop=full", { cachedTokens: 122_624, stop: "full", heldTokens: 122_624 }],
+    [" cached=16; stop=evicted ", { cachedTokens: 16, stop: "evicted", heldTokens: 16 }],
+    ["cached=16; stop=elsewhere; held=2000", { cachedTokens: 16, stop: "elsewhere", heldTokens: 2_000 }],
+    ["cached=16; stop=elsewhere; held=", undefined],
     ["cached=16; stop=gone", undefined],
     ["cached=x; stop=new", undefined],
     [null, undefined],

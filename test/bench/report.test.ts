@@ -384,7 +384,7 @@ describe("index corrections, checked against the sim's evictions", () => {
   // A miss the sim confirms (stop evicted), one it denies (stop new: a template break read as
   // an eviction), a template verdict, hits; one request on gpu1.
   const judged = [
-    oneShot(0, { verdict: "miss", simStop: "evicted" }),
+    oneShot(0, { verdict: "miss", simStop: "evicted", simHeld: 1_000 }),
     oneShot(1, { verdict: "miss", simStop: "new" }),
     oneShot(2, { verdict: "template", simStop: "new" }),
     oneShot(3, { verdict: "hit", simStop: "new" }),
@@ -421,8 +421,9 @@ describe("index corrections, checked against the sim's evictions", () => {
   });
 
   it("what was lost to evictions and to a prefix held where the engine did not let the request use it (a busy llama.cpp slot), ÷ Σ prompt tokens; only when every response said", () => {
-    const samples = [oneShot(0, { simStop: "elsewhere", cachedTokens: 0 }), oneShot(1, { simStop: "evicted", cachedTokens: 400 }), oneShot(2, { simStop: "full" }), oneShot(3, { simStop: "new" })];
-    expect(hitDecomposition(samples, replicas).lost).toEqual({ evicted: 600 / 4_000, elsewhere: 1_000 / 4_000 });
+    // What the card held beyond the hit: a busy slot's 800 tokens, 500 evicted (the rest of those prompts was new there).
+    const samples = [oneShot(0, { simStop: "elsewhere", cachedTokens: 0, simHeld: 800 }), oneShot(1, { simStop: "evicted", cachedTokens: 400, simHeld: 900 }), oneShot(2, { simStop: "full" }), oneShot(3, { simStop: "new" })];
+    expect(hitDecomposition(samples, replicas).lost).toEqual({ evicted: 500 / 4_000, elsewhere: 800 / 4_000 });
     expect(hitDecomposition([...samples, oneShot(4)], replicas).lost).toBeUndefined();
   });
 

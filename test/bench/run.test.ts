@@ -80,16 +80,16 @@ describe("driveConversation", () => {
   it("records delivered as the sim's own figure, usage's beside it when reported, the sim's stop and the router's verdict", async () => {
     const { arm } = scriptedArm((turn) =>
       turn === 1
-        ? { sim: { cachedTokens: 0, stop: "new" } }
+        ? { sim: { cachedTokens: 0, stop: "new", heldTokens: 0 } }
         : turn === 2
-          ? { sim: { cachedTokens: 960, stop: "new" }, verdict: "hit" } // vLLM default: usage has no cached figure
-          : { sim: { cachedTokens: 0, stop: "evicted" }, cachedTokens: 0, cachedReported: true, verdict: "miss" },
+          ? { sim: { cachedTokens: 960, stop: "new", heldTokens: 960 }, verdict: "hit" } // vLLM default: usage has no cached figure
+          : { sim: { cachedTokens: 0, stop: "evicted", heldTokens: 900 }, cachedTokens: 0, cachedReported: true, verdict: "miss" },
     );
     const samples = await driveConversation(context(arm), agentPlan(spec, "salt"), 3, 0, "agent");
-    expect(samples.map((s) => [s.cachedTokens, s.reportedCachedTokens, s.simStop, s.verdict])).toEqual([
-      [0, undefined, "new", undefined],
-      [960, undefined, "new", "hit"],
-      [0, 0, "evicted", "miss"],
+    expect(samples.map((s) => [s.cachedTokens, s.reportedCachedTokens, s.simStop, s.simHeld, s.verdict])).toEqual([
+      [0, undefined, "new", 0, undefined],
+      [960, undefined, "new", 960, "hit"],
+      [0, 0, "evicted", 900, "miss"],
     ]);
   });
 

@@ -516,7 +516,8 @@ describe("SlotEngine behind the HTTP app", () => {
     const b = text(400, "b");
     expect(await complete(b)).toBe("cached=0; stop=new"); // slot 0
     // 40 of 440 tokens match slot 0: under --slot-prompt-similarity 0.10, so slot 1 (LRU) it is.
-    expect(await complete(`${b.slice(0, 160)}${text(400, "z")}`)).toBe("cached=0; stop=elsewhere");
+    // held: the 40 tokens slot 0 holds of it.
+    expect(await complete(`${b.slice(0, 160)}${text(400, "z")}`)).toBe("cached=0; stop=elsewhere; held=40");
     expect(await state(server)).toMatchObject({ stop_new_total: 2, stop_elsewhere_total: 1, stop_evicted_total: 0, stop_full_total: 0 });
   });
 });

@@ -180,7 +180,8 @@ describe("x-sim-prefix: full, evicted, new", () => {
     expect(await ask(docs[0]!)).toEqual({ header: "cached=0; stop=new", cached: 0 });
     for (const doc of docs.slice(1)) await ask(doc);
     expect(await ask(docs[3]!)).toEqual({ header: "cached=1984; stop=full", cached: 1984 });
-    expect(await ask(docs[0]!)).toEqual({ header: "cached=0; stop=evicted", cached: 0 });
+    // held: every cacheable block of it had been computed here (124 of 16 tokens).
+    expect(await ask(docs[0]!)).toEqual({ header: "cached=0; stop=evicted; held=1984", cached: 0 });
     expect(await state(s)).toMatchObject({ stop_full_total: 1, stop_evicted_total: 1, stop_new_total: 4 });
     // a reset forgets what was computed: the same prompt is new again
     await fetch(`${s.url}/sim/reset`, { method: "POST" });
