@@ -204,11 +204,29 @@ export class Replica {
   private kvWaiters: (() => void)[] = [];
 
   /**
-   * Wait until `tokens` more fit beside the requests in flight here (its KV wall), then count
-   * them in flight. False when `signal` aborted first (nothing counted).
+   * Count `tokens` more in flight here, at once when they fit beside the requests in flight
+   * (its KV wall) — synchronously, so no other decision runs between the caller's and this —
+   * else once they do: a promise, false when `signal` aborted first (nothing counted).
    */
-  async admit(tokens: number, signal: AbortSignal, now: () => number): Promise<boolean> {
-    while (!signal.aborted && this.inflightTokens > 0 && this.kvWall && now() < this.kvWall.until && this.inflightTokens + tokens >= KV_WALL_SHARE * this.kvWall.tokens) {
+  admit(tokens: number, signal: AbortSignal, now: () => number): true | Promise<boolean> {
+    if (!this.mustWait(tokens, now)) {
+      this.reserve(tokens);
+      return true;
+    }
+    return this.admitLater(tokens, signal, now);
+  }
+
+  private mustWait(tokens: number, now: () => number): boolean {
+    return this.inflightTokens > 0 && this.kvWall !== undefined && now() < this.kvWall.until && this.inflightTokens + tokens >= KV_WALL_SHARE * this.kvWall.tokens;
+  }
+
+  private reserve(tokens: number): void {
+    this.inflightTokens += tokens;
+    this.overflowTokens = 0;
+  }
+
+  private async admitLater(tokens: number, signal: AbortSignal, now: () => number): Promise<boolean> {
+    while (!signal.aborted && this.mustWait(tokens, now)) {
       await new Promise<void>((resolve) => {
         const wake = () => {
           signal.removeEventListener("abort", wake);
@@ -219,8 +237,7 @@ export class Replica {
       });
     }
     if (signal.aborted) return false;
-    this.inflightTokens += tokens;
-    this.overflowTokens = 0;
+    this.reserve(tokens);
     return true;
   }
 

@@ -345,7 +345,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // it failed at: this one waits here until one ends (the engine would fail them all). Its
     // deadlines start after: the wait is the router's queue, not the replica's silence.
     const tokens = decided.estimate.totalChars / decided.estimate.charsPerToken;
-    if (!(await replica.admit(tokens, upstream.signal, Date.now))) {
+    const admitted = replica.admit(tokens, upstream.signal, Date.now);
+    if (admitted !== true && !(await admitted)) {
       release();
       fleet.released(replica);
       return stop?.kind === "drain" ? { kind: "cut" } : { kind: "client-gone" };
