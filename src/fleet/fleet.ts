@@ -244,6 +244,7 @@ export class Replica {
   /** A request admitted with `tokens` is over here: those waiting for room look again, in arrival order. */
   leave(tokens: number): void {
     this.inflightTokens = Math.max(0, this.inflightTokens - tokens);
+    if (this.kvWaiters.length === 0) return;
     const waiters = this.kvWaiters;
     this.kvWaiters = [];
     for (const wake of waiters) wake();

@@ -440,7 +440,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     }
     // The engine turned it away for want of KV beside the requests it runs (llama.cpp's
     // unified KV), producing nothing: nothing reached the client, another replica can take it.
-    if (turnedAwayFull(replica, res.status, isSse, all ?? first?.value)) {
+    if (saysKvFull(replica, res.status, isSse, all ?? first?.value)) {
       reader?.cancel().catch(() => {});
       const wall = replica.turnedAwayFull(tokens, Date.now(), routing.capacity_window_ms);
       const reason = `its KV is full ("Context size has been exceeded." with ~${Math.round(wall).toLocaleString("en-US")} prompt tokens in flight there: requests wait beyond that for ${ms(routing.capacity_window_ms)})`;
@@ -625,7 +625,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
  * body (status ≥ 500), or a stream whose first event is an error: llama-server sends it as
  * one small write, so it is the whole first chunk.
  */
-function turnedAwayFull(replica: Replica, status: number, isSse: boolean, bytes: Uint8Array | undefined): boolean {
+function saysKvFull(replica: Replica, status: number, isSse: boolean, bytes: Uint8Array | undefined): boolean {
   const kvFull = replica.profile?.kvFull;
   if (!kvFull || !bytes || bytes.length > 4096 || (!isSse && status < 500)) return false;
   const text = new TextDecoder().decode(bytes);

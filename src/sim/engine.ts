@@ -488,8 +488,9 @@ export class SimEngine implements SimEngineApi {
     this.stats.prefix_cache_hits_total += cached;
     if (seq.admissions === 0) {
       seq.cachedTokens = cached;
-      seq.prefixStop = this.stopReason(seq, hits.length, maxHit);
-      seq.heldTokens = seq.prefixStop === "evicted" ? Math.min(seq.promptTokens, this.computedRun(seq, hits.length, maxHit) * B) : cached;
+      const stop = this.stopReason(seq, hits.length, maxHit);
+      seq.prefixStop = stop.stop;
+      seq.heldTokens = stop.stop === "evicted" ? Math.min(seq.promptTokens, stop.heldBlocks * B) : cached;
       this.stats.cached_tokens_total += cached;
       this.stats[`stop_${seq.prefixStop}_total`]++;
     }
@@ -498,17 +499,15 @@ export class SimEngine implements SimEngineApi {
     return true;
   }
 
-  /** Why a hit of `hit` blocks (of at most `maxHit`) stopped there; see PrefixStop. */
-  private stopReason(seq: Sequence, hit: number, maxHit: number): PrefixStop {
-    if (hit >= maxHit) return "full";
-    return this.computed.has(this.hashAt(seq, hit)) ? "evicted" : "new";
-  }
-
-  /** The blocks from `from` on, up to `maxHit`, that were computed here in a row (evicted since). */
-  private computedRun(seq: Sequence, from: number, maxHit: number): number {
-    let b = from;
+  /**
+   * Why a hit of `hit` blocks (of at most `maxHit`) stopped there (see PrefixStop), and how
+   * many leading blocks this replica had computed: beyond the hit, those evicted since.
+   */
+  private stopReason(seq: Sequence, hit: number, maxHit: number): { stop: PrefixStop; heldBlocks: number } {
+    if (hit >= maxHit) return { stop: "full", heldBlocks: hit };
+    let b = hit;
     while (b < maxHit && this.computed.has(this.hashAt(seq, b))) b++;
-    return b;
+    return { stop: b > hit ? "evicted" : "new", heldBlocks: b };
   }
 
   private preempt(seq: Sequence): void {
