@@ -322,8 +322,10 @@ describe("a unified KV that overflows (llama-server's default without --parallel
   it(
     "two prompts that do not fit its KV together: what llama.cpp turns away is sent again once the other is done, and both clients get answers",
     async () => {
-      // No --parallel: 4 slots sharing one pool of 8,192 tokens (kv_unified). Two ~4.4k-token
-      // prompts on one card fail there with "Context size has been exceeded." when sent at once.
+      // No --parallel: 4 slots sharing one pool of 8,192 tokens (kv_unified). Two ~5.2k-token
+      // prompts on one card fail there with "Context size has been exceeded." when sent at once
+      // (max_tokens 32 keeps the first's KV held while the second's prompt goes in; 4.4k-token
+      // prompts and 4 tokens needed about all 8,192 at the worst moment, and were both served on CI).
       const flags = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
       const [a, b] = await Promise.all([startLlamaReplica({ name: "unified0", flags }), startLlamaReplica({ name: "unified1", flags })]);
       // affinity: the two share their first message, so both go to the card it hashes to.
@@ -332,7 +334,7 @@ describe("a unified KV that overflows (llama-server's default without --parallel
       const salt = crypto.randomUUID();
       const ask = (label: string) =>
         client.chat.completions
-          .create({ model: "tiny", messages: [{ role: "system", content: `Answer briefly. ${salt}` }, { role: "user", content: lines(label, 220) }], max_tokens: 4 })
+          .create({ model: "tiny", messages: [{ role: "system", content: `Answer briefly. ${salt}` }, { role: "user", content: lines(label, 260) }], max_tokens: 32 })
           .withResponse();
       const answers = await Promise.all([ask("first"), ask("second")]);
       expect(answers.map((x) => x.response.status)).toEqual([200, 200]);
