@@ -7,7 +7,10 @@
  * 2 — could not probe (raised by the runner as an LlmrouteError, never decided here).
  *
  * Either signal suffices: timing is what users feel, cached tokens are the engine's own
- * per-request truth. A lifetime counter is never used.
+ * per-request truth. One exception: when the engine counts (about) none of the prefix cached
+ * on the warm requests, a faster warm request is not a cache effect — a cold request slowed
+ * by load on the machine looks the same (seen: --no-cache-prompt llama-server, a loaded
+ * CI box, one pair). A lifetime counter is never used.
  */
 import type { Load, PrefixCounters } from "./metrics.ts";
 import { int, pct } from "../ops/table.ts";
@@ -16,6 +19,8 @@ import { int, pct } from "../ops/table.ts";
 export const TTFT_RATIO_MAX = 0.5;
 /** Cached tokens at least this fraction of the shared prefix count as a cache effect. */
 export const CACHED_FRACTION_MIN = 0.9;
+/** The engine counting less than this fraction of the prefix cached denies a cache effect, whatever the timing. */
+export const CACHED_FRACTION_NONE = 0.1;
 /** Below this many tokens prefill is too short for a cache effect to show above overhead. */
 export const SMALL_PROMPT_TOKENS = 1024;
 /** vLLM's default KV block: only full blocks are cached. */
@@ -130,7 +135,8 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
   const block = input.blockTokens ?? BLOCK_TOKENS;
   const s = summarise(pairs);
   const notes: string[] = [];
-  const byTime = s.ratio <= TTFT_RATIO_MAX;
+  const denied = s.cachedFraction !== undefined && s.cachedFraction < CACHED_FRACTION_NONE;
+  const byTime = s.ratio <= TTFT_RATIO_MAX && !denied;
   const byCached = s.cachedFraction !== undefined && s.cachedFraction >= CACHED_FRACTION_MIN;
   // The engine's own counters over each warm request, where it reports no per-request count
   // (vLLM without --enable-prompt-tokens-details): its prefix-cache hits during that request.
@@ -158,9 +164,6 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
         `the engine reports the prefix cached but warm TTFT is ${times(s.ratio)} cold: prefill is not what dominates at ${int(s.prefixTokens)} tokens (queueing, a slow first decode step); try a larger --tokens`,
       );
     }
-    if (byTime && s.cachedFraction !== undefined && s.cachedFraction < 0.1) {
-      notes.push("warm was faster yet the engine reports ~0 cached tokens: its cached_tokens field may be off (vLLM needs --enable-prompt-tokens-details)");
-    }
     return { summary: s, verdict: { code: 0, summary: `prefix cache works: ${why.join(", ")} (n=${s.n})`, causes: [], notes } };
   }
 
@@ -169,9 +172,12 @@ export function engineVerdict(input: EngineVerdictInput): { summary: EngineSumma
   const disabledGeneric =
     "prefix caching disabled on the engine (vLLM --no-enable-prefix-caching, SGLang --disable-radix-cache, llama.cpp --no-cache-prompt or cache_prompt=false)";
   let disabledShown = false;
-  if (cachedReported && s.cachedFraction! < 0.1) {
+  if (denied) {
     causes.push({ text: `the engine reports ${pct(s.cachedFraction!)} of the prefix cached on the warm request: ${disabledGeneric}`, evidence: true });
     disabledShown = true;
+    if (s.ratio <= TTFT_RATIO_MAX) {
+      notes.push(`warm TTFT was ${times(s.ratio)} cold, but the engine counted ${pct(s.cachedFraction!)} cached: a timing effect it does not confirm (a cold request slowed by other load) is not taken as a cache`);
+    }
   }
   const warmCounters = pairs.map((p) => p.warmCounters).filter((c): c is PrefixCounters => c !== undefined);
   if (warmCounters.length > 0) {
@@ -262,7 +268,8 @@ export function conversationFigures(c: ConversationMeasure): ConversationFigures
     routes: c.turns.map((t) => t.route ?? "?"),
     ratio,
     ...(cachedFraction === undefined ? {} : { cachedFraction }),
-    warm: ratio <= TTFT_RATIO_MAX || (cachedFraction !== undefined && cachedFraction >= CACHED_FRACTION_MIN),
+    // As for the engine verdict: the engine's count of ~0 cached denies a timing effect.
+    warm: cachedFraction === undefined ? ratio <= TTFT_RATIO_MAX : cachedFraction >= CACHED_FRACTION_MIN || (cachedFraction >= CACHED_FRACTION_NONE && ratio <= TTFT_RATIO_MAX),
     coldTurns: first ? rest.flatMap((t, i) => (t.ttftMs > first.ttftMs * TTFT_RATIO_MAX ? [i + 2] : [])) : [],
   };
 }

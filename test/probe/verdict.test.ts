@@ -65,6 +65,17 @@ describe("engineVerdict", () => {
     expect(verdict.causes.filter((c) => c.text.includes("prefix caching disabled"))).toHaveLength(1);
   });
 
+  it("a faster warm request the engine counts ~0 cached for is not a cache (a cold request slowed by load): exit 1, and the note says why", () => {
+    // As on a loaded CI box: llama-server with --no-cache-prompt, cold 2.3 s, warm 1.0 s, timings.cache_n 0.
+    const slowCold = pair(2_300, 1_000, { warmExtra: { cachedTokens: 0, cachedSource: "timings" } });
+    const { verdict } = engineVerdict({ pairs: [slowCold] });
+    expect(verdict.code).toBe(1);
+    expect(verdict.causes[0]).toEqual({ text: expect.stringContaining("0% of the prefix cached"), evidence: true });
+    expect(verdict.notes.join(" ")).toContain("warm TTFT was 0.43x cold, but the engine counted 0% cached");
+    // 10 % counted and faster by time: the timing decides, as before.
+    expect(engineVerdict({ pairs: [pair(2_300, 1_000, { cached: 9_000 })] }).verdict.code).toBe(0);
+  });
+
   it("no effect with flat vLLM counters during the warm request: named from evidence", () => {
     const counters = { hits: 0, queries: 90_016, names: ["vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"] as [string, string] };
     const { verdict } = engineVerdict({ pairs: [pair(1_000, 990, { warmCounters: counters })] });
@@ -159,6 +170,14 @@ describe("viaVerdict", () => {
     const f = conversationFigures(noisy);
     expect(f.warm).toBe(true);
     expect(f.cachedFraction).toBeGreaterThan(0.99);
+  });
+
+  it("a first turn slowed by load, then turns the engine counts ~0 cached for: not warm", () => {
+    const slowFirst = convo("long", [["gpu0", 4_000], ["gpu0", 1_900, 0], ["gpu0", 1_950, 0]]);
+    expect(conversationFigures(slowFirst).warm).toBe(false);
+    expect(viaVerdict([slowFirst, pinnedShort]).verdict.code).toBe(1);
+    // Without a count from the engine, timing alone decides.
+    expect(conversationFigures(convo("long", [["gpu0", 4_000], ["gpu0", 1_900], ["gpu0", 1_950]])).warm).toBe(true);
   });
 
   it("a turn without the router's header is never counted as pinned", () => {

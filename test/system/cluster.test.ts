@@ -65,6 +65,23 @@ async function turn(r: RouterProc, messages: OpenAI.ChatCompletionMessageParam[]
   return { ...where(response), cached: data.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
+/**
+ * A turn through `from`, returned once `to` has applied what `from` shared of it: `from` writes
+ * its events to Redis as it answers, and Redis hands them on as it gets to them, so on a loaded
+ * box a client's next turn can reach `to` first — routed as `to` knew it then, which is not
+ * what these tests ask.
+ */
+async function turnShared(from: RouterProc, to: RouterProc, messages: OpenAI.ChatCompletionMessageParam[], next: string) {
+  const [sent0, applied0] = await Promise.all([status(from), status(to)]).then(([f, t]) => [f.cluster!.events.sent, t.cluster!.events.applied]);
+  const out = await turn(from, messages, next);
+  await until(async () => {
+    const [f, t] = await Promise.all([status(from), status(to)]);
+    const sent = f.cluster!.events.sent - sent0!;
+    return sent > 0 && t.cluster!.events.applied - applied0! >= sent ? true : undefined;
+  }, "the other instance to apply the turn's events");
+  return out;
+}
+
 /** Redis stream ids ("ms-seq") compared as numbers. */
 function streamIdAtLeast(id: string, than: string): boolean {
   const [ms, seq] = id.split("-").map(BigInt);
@@ -204,7 +221,7 @@ describe("a bad events message costs nothing but itself", () => {
     // A conversation alternating between the instances is still pinned: b applies a's events
     // (published after the forgeries, so b reads them after).
     const messages = conversation("after the forgeries");
-    const first = await turn(a!, messages, "next");
+    const first = await turnShared(a!, b!, messages, "next");
     expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
     expect((await status(b!)).cluster!.events.malformed).toBe(bogus.length);
 
@@ -217,7 +234,7 @@ describe("a bad events message costs nothing but itself", () => {
       return s.state === "up" && s.disconnects > before ? true : undefined;
     }, "b to reconnect", 20_000);
     expect((await status(b!)).cluster!.last_error ?? "").not.toContain("Invalid stream ID");
-    expect(await turn(a!, messages, "once more")).toMatchObject({ replica: first.replica, route: "pin" });
+    expect(await turnShared(a!, b!, messages, "once more")).toMatchObject({ replica: first.replica, route: "pin" });
     expect(await turn(b!, messages, "and again")).toMatchObject({ replica: first.replica, route: "pin" });
     forger.close();
   }, TIMEOUT);
@@ -238,7 +255,7 @@ describe("a bad events message costs nothing but itself", () => {
     await until(async () => ((await status(b!)).cluster!.events.applied > applied ? true : undefined), "b to apply the entry");
     writer.close();
     const messages = conversation("after the clock moved");
-    const first = await turn(a!, messages, "next");
+    const first = await turnShared(a!, b!, messages, "next");
     expect(await turn(b!, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
     expect((await status(b!)).cluster!.events.malformed).toBe(0);
   }, TIMEOUT);
@@ -277,7 +294,7 @@ describe("a commit taken back is taken back on every instance", () => {
 
   it("an instance whose clock is an hour ahead does not pin the others' entries in the future: the TTL still evicts", async () => {
     const server = await redis();
-    const a = await solo("r0", server, `[routing]\nindex_ttl = "2s"`);
+    const a = await solo("r0", server, `[routing]\nindex_ttl = "6s"`);
     await until(async () => (await status(a)).cluster?.state === "up" ? true : undefined, "a to connect");
     // What an instance with a clock an hour ahead shares: one commit to gpu0.
     const ahead = Date.now() + 3_600_000;
@@ -292,7 +309,8 @@ describe("a commit taken back is taken back on every instance", () => {
     await until(async () => ((await status(a)).cluster!.events.applied > 0 ? true : undefined), "a to apply the commit");
     await ask(a, "a local request after it");
     expect(await entries(a)).toBeGreaterThan(3);
-    // Nothing is used again: within the TTL (2 s) and an eviction pass, everything is gone.
+    // Nothing is used again: within the TTL (6 s: room for a slow ask and status call before the
+    // count above) and an eviction pass, everything is gone.
     await until(async () => ((await entries(a)) === 0 ? true : undefined), "the index to be evicted", 20_000);
   }, TIMEOUT);
 });
@@ -406,13 +424,15 @@ describe("failure semantics", () => {
     const known = await Promise.all(
       ["one", "two"].map(async (label) => {
         const messages = conversation(`known ${label}`);
-        const first = await turn(a!, messages, "second");
+        const first = await turnShared(a!, b!, messages, "second");
         await turn(b!, messages, "third");
         return { messages, owner: first.replica };
       }),
     );
 
-    // A long answer in flight through b when it dies.
+    // An answer in flight through b when it dies: held before its first byte by whichever sim
+    // gets it (a stall, not a long answer: a slow box could finish that before the kill).
+    await Promise.all(sims.map((s) => s.faults({ stall_ms: 600_000, stall_next: 1 })));
     const long = client(b!).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `${SALT} a long story` }], max_tokens: 3000, stream: true });
     const streaming = long.then(async (stream) => {
       for await (const _ of stream);
@@ -421,6 +441,7 @@ describe("failure semantics", () => {
     await b!.kill("SIGKILL");
     await until(async () => (await status(a!)).cluster?.instances.length === 1, "a to drop the dead instance");
     expect(await streaming).toBe("cut off");
+    await Promise.all(sims.map((s) => s.faults({ stall_ms: 0 })));
     expect(await (await fetch(`${a!.url}/metrics`)).text()).toContain("llmroute_cluster_instances 1");
     await a!.waitFor(/cluster: instance stopped reporting; its in-flight counts are dropped.*"instance":"r1"/);
 
@@ -475,12 +496,14 @@ describe("rediss://", () => {
     const [a, b] = await Promise.all([start("tls-a"), start("tls-b")]);
     await until(async () => (await Promise.all([status(a), status(b)])).every((s) => s.cluster?.state === "up" && s.cluster.instances.length === 2), "both instances connected over TLS");
     const messages = conversation("over TLS");
-    const first = await turn(a, messages, "next");
+    const first = await turnShared(a, b, messages, "next");
     expect(await turn(b, messages, "again")).toMatchObject({ replica: first.replica, route: "pin" });
 
     // Without the CA the certificate is refused: the instance says so and routes alone.
     const alone = await startRouterProc(sims.map((s) => ({ name: s.name, url: s.url })), { toml: `[cluster]\nredis = "${server.url}"\nname = "no-ca"\ncatch_up_timeout = "500ms"\n` });
     expect((await status(alone)).cluster?.state).not.toBe("up");
+    // The refusal may come after "listening" (catch_up_timeout 500 ms on a slow handshake).
+    await alone.waitFor(/cluster: cannot reach Redis/);
     expect(logRecords(alone, "cluster: cannot reach Redis; routing on this instance's own view until it can")).toHaveLength(1);
   }, TIMEOUT);
 });

@@ -142,18 +142,21 @@ describe("the llamacpp profile against a real llama-server", () => {
     // llama-server's default (no --parallel): 4 slots sharing one KV of 8,192 tokens.
     const [unified, simUnified] = await Promise.all([startReal(["-c", "8192"]), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, prefillTps: 2_000 })]);
     extra.push(unified, simUnified);
-    // ~5.2k tokens each on both tokenizers (Qwen2's ~20 a line here; the sim's 4 characters a
-    // token): 10.4k together against 8,192. max_tokens 32 keeps the first's KV held while the
-    // second's prompt goes in. (With 4.4k prompts and 2 tokens the first could finish just as the
-    // second's last batch needed its room — about all 8,192 at the worst moment — and on CI both were served.)
+    // ~6.6k tokens each on both tokenizers (Qwen2's ~20 a line here; the sim's 4 characters a
+    // token). llama-server packs up to n_batch (2,048) prompt tokens a step across its slots, and
+    // frees the first request's KV only after its second token, a step after its prompt ends:
+    // by then the two hold about 4 × 2,048 + 2,048 = 10,240 tokens, whatever the arrival order,
+    // against 8,192. (With ~4.4k-token prompts that figure is 8,192 — exactly the KV — and on
+    // CI both were served.) Greedy and 2 tokens: llama.cpp's chat output parser, which fails on
+    // some random text with a 500 of its own, sees the same two tokens every run.
     const prompt = (url: string, label: string) =>
       url === unified.url
-        ? Array.from({ length: 260 }, (_, i) => `${label} line ${i}: replica ${i % 7} holds ${i * 13} tokens of ${label}.`).join("\n")
-        : `${label} ${"x".repeat(4 * 5_200)}`;
+        ? Array.from({ length: 330 }, (_, i) => `${label} line ${i}: replica ${i % 7} holds ${i * 13} tokens of ${label}.`).join("\n")
+        : `${label} ${"x".repeat(4 * 6_600)}`;
     const pair = async (url: string) =>
       Promise.all(
         ["first", "second"].map(async (label) => {
-          const res = await post(url, "/v1/chat/completions", { messages: [{ role: "user", content: prompt(url, label) }], max_tokens: 32 });
+          const res = await post(url, "/v1/chat/completions", { messages: [{ role: "user", content: prompt(url, label) }], max_tokens: 2, temperature: 0 });
           return { status: res.status, body: await res.text() };
         }),
       );
