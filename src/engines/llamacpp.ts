@@ -60,6 +60,9 @@ export const LLAMACPP: EngineProfile = {
   // one batch of a step (up to n_batch): as many prefills share the card as there are slots;
   // a request waits for a free slot beyond that.
   prefillConcurrency: (capacity) => capacity?.slots ?? 1,
+  // server-context.cpp process_single_task: a task that finds no idle slot is deferred
+  // (queue_tasks.defer) until a slot is released after its request's last token.
+  servingSlots: (capacity) => capacity?.slots,
   metricsFlag: "--metrics",
   // A unified KV (llama-server's default without --parallel: 4 slots, kv_unified) holds every
   // running request in one n_ctx pool. server-context.cpp update_slots: when llama_decode finds

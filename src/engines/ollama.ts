@@ -32,6 +32,9 @@ export const OLLAMA: EngineProfile = {
   // llm/llama_server.go: Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
   // (envconfig/config.go): one prefill at a time, the rest queue.
   prefillConcurrency: () => 1,
+  // The same llama-server slots, 1 unless OLLAMA_NUM_PARALLEL says more (which no endpoint
+  // tells): the router counts at least as many as it has seen streaming at once.
+  servingSlots: () => 1,
   // server/routes.go: GET /api/version → {"version": "…"}.
   version: { path: "/api/version", read: (b) => stringField(b, "version") },
 };

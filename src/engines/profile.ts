@@ -110,6 +110,12 @@ export interface EngineProfile {
    */
   prefillConcurrency(capacity: Capacity | undefined): number;
   /**
+   * How many requests the engine runs at once when it has a fixed number of slots: one more
+   * waits in its queue until a running one ends, its whole generation (src/fleet/slot-queue.ts).
+   * Absent for continuous batching (vLLM, SGLang), whose hundreds of sequences decode together.
+   */
+  servingSlots?(capacity: Capacity | undefined): number | undefined;
+  /**
    * The engine looks a waiting request's prefix up in its cache when it starts the request's
    * prefill, in arrival order, not when the request arrives: one queued behind the prefill
    * of its prefix finds that prefix cached (the router does not add that prefix to the

@@ -23,6 +23,7 @@ import { readEngine, total, type EngineReading, type Sample } from "../engines/m
 import type { CacheCounters, EngineProfile } from "../engines/profile.ts";
 import type { FleetView } from "../route/router.ts";
 import { PrefillQueue } from "./prefill.ts";
+import { SlotQueue } from "./slot-queue.ts";
 
 export type { FetchLike, ModelCard };
 
@@ -136,6 +137,8 @@ export class Replica {
   engine?: EngineReading & { at: number; error?: string };
   /** Prefill sent here and not yet started answering; the measured prefill rate. */
   readonly prefill = new PrefillQueue();
+  /** The requests in flight here as an engine with slots runs them (src/fleet/slot-queue.ts). */
+  readonly flights = new SlotQueue();
 
   constructor(public config: ReplicaConfig) {
     this.cards = config.models.map(configCard);
@@ -178,6 +181,15 @@ export class Replica {
   /** The engine keeps one prompt per slot (llama.cpp): its slot count. */
   get slots(): number | undefined {
     return this.facts?.family === "llamacpp" ? this.facts.capacity?.slots : undefined;
+  }
+
+  /**
+   * How many requests the engine runs at once, when it has slots (llama.cpp's, Ollama's): its
+   * own figure or its family's default, and at least as many as were seen streaming at once.
+   */
+  get servingSlots(): number | undefined {
+    const slots = this.profile?.servingSlots?.(this.facts?.capacity);
+    return slots === undefined ? undefined : Math.max(slots, this.flights.concurrentSeen);
   }
 
   /** The engine streamed usage without being asked (seen on a response): nothing is added for it. */
@@ -294,6 +306,8 @@ export class Replica {
   view(): FleetView {
     const pendingSince = this.prefill.oldestCommit();
     const slots = this.slots;
+    const serving = this.servingSlots;
+    const slotWait = serving !== undefined && this.flights.size >= serving ? this.flights.waitSeconds(serving, Date.now()) : 0;
     return {
       name: this.name,
       healthy: this.healthy,
@@ -309,6 +323,7 @@ export class Replica {
       ...(pendingSince === undefined ? {} : { pendingSince }),
       ...(this.profile?.matchedWhenScheduled ? { matchedWhenScheduled: true } : {}),
       ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
+      ...(slotWait > 0 ? { slotWait } : {}),
     };
   }
 

@@ -355,6 +355,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica.began(decided.committedAt);
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
+    const inSlot = replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now());
     deps.cluster?.loadChanged();
     const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
       abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });
@@ -380,6 +381,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       replica.ended(decided.committedAt);
       replica.leave(tokens);
       replica.prefill.end(prefill);
+      replica.flights.end(inSlot, Date.now(), false);
       deps.cluster?.loadChanged();
       release();
       if (stop?.kind === "client" || req.signal.aborted) {
@@ -453,6 +455,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // nothing: taken as a sample, one made a replica's rate ten times too fast).
     const prefilled = ctx.shape.stream && ctx.shape.endpoint !== "other" && res.status >= 200 && res.status < 300;
     replica.prefill.end(prefill, prefilled ? now() - dispatched : undefined);
+    if (prefilled) replica.flights.firstByte(inSlot, Date.now());
     deps.cluster?.loadChanged();
     // It answered. A 500 (or 501 …) is passed on as the engine's verdict on this request, not on its health.
     if (res.status < 500) fleet.succeeded(replica);
@@ -475,6 +478,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       replica.inflight--;
       replica.ended(decided.committedAt);
       replica.leave(tokens);
+      replica.flights.end(inSlot, Date.now(), outcome === "ok" && prefilled);
       if (outcome === "ok") replica.served++;
       // The engine streamed usage we did not need to ask for (vLLM --enable-force-include-usage):
       // ask no more, so its stream reaches clients as it is.

@@ -40,6 +40,12 @@ export interface ReplicaView {
   queue?: readonly number[];
   /** How many prefills the engine runs at once, sharing its compute: the slot count for llama.cpp; 1 for vLLM's and SGLang's chunked prefill, which serves them oldest first. */
   concurrency?: number;
+  /**
+   * Seconds a new request would wait for a slot on an engine that runs a fixed number of
+   * requests at once (llama.cpp's slots, Ollama's one) when all are taken: what is left of
+   * the generations ahead of it, which the prefill queue does not count. Absent otherwise.
+   */
+  slotWait?: number;
   /** Measured prefill throughput, tokens per second. */
   prefillRate: number;
   /** Characters of canonical prompt per engine token (learned from usage). */

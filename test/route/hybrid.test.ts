@@ -102,6 +102,36 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     expect(send(r, chat(convo.messages), replicas)).toMatchObject({ reason: "cost" });
   });
 
+  it("on an engine with slots, all taken (Ollama's one), a document's holder is priced with the wait for its slot", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const holder = send(r, doc(1, "first"), replicas)!.replica;
+    const busy = replicas.find((x) => x.name === holder)!;
+    // Its slot busy with another answer: nothing is prefilling there, so only the slot wait shows it.
+    busy.slotWait = 1; // less than prefilling the 8k document elsewhere (2 s): wait
+    expect(choice(send(r, doc(1, "second"), replicas))).toEqual({ replica: holder, reason: "cache" });
+    busy.slotWait = 20; // 20 s of generations ahead: copy it
+    const moved = send(r, doc(1, "third"), replicas)!;
+    expect(moved.reason).toBe("cost");
+    expect(moved.replica).not.toBe(holder);
+  });
+
+  it("…but not a conversation (its next turns would follow it) nor a cold spread (the counter keeps the backlogs even)", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const convo = conversation(words(1_000, "agent"), words(4_000, "task"));
+    const owner = send(r, chat(convo.messages), replicas)!.replica;
+    convo.next(0);
+    replicas.find((x) => x.name === owner)!.slotWait = 20;
+    expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: owner, reason: "pin" });
+    // The counter's next two picks: the other card, then the owner, slot wait or not.
+    const colds = [1, 2].map((i) => choice(send(r, chat([{ role: "user", content: words(2_000, `new task ${i}`) }]), replicas)));
+    expect(colds).toEqual([
+      { replica: replicas.find((x) => x.name !== owner)!.name, reason: "spread" },
+      { replica: owner, reason: "spread" },
+    ]);
+  });
+
   it("a session key brings a rewritten (compacted) context back to its replica, as a soft hint", () => {
     const r = router("hybrid");
     const replicas = fleet(2);

@@ -19,7 +19,8 @@
  * later) ÷ that replica's measured prefill rate — where
  * what it waits for is priced as the engine schedules prefills (an engine that prefills
  * several requests at once shares its compute, so a short cached turn waits for only as
- * much of each other prefill as its own size: `prefillAhead`). The
+ * much of each other prefill as its own size: `prefillAhead`; an engine with a fixed number of
+ * slots, all taken, makes it wait for a slot first: what is left of the generations ahead). The
  * rule's pick stands unless another replica is faster by more than `margin` of its estimate,
  * by `min_gain_tokens` of prefill, and — when the pick holds the request's prefix — by more
  * than prefilling that prefix again, since leaving copies it (cost): a hot card is relieved,
@@ -47,6 +48,14 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       if (up.length === 0) return undefined;
       const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
       const missing = (r: ReplicaView) => Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
+      // Slot waits (an engine whose slots are all taken) price only a one-shot that a held
+      // prefix pulls to a card (cache): it does not come back. A conversation's next turns
+      // follow it wherever it goes, so a move for one turn's wait is paid on every turn after
+      // — on Ollama two of three agents left a card busy with the third's first prefill and
+      // all three then queued on the other (warm turns 3.2 → 6.9 s, 2 runs); and a cold spread
+      // placed by its own wait piles onto the cards whose conversations' next turns queue
+      // behind it, where the counter keeps the cards' backlogs even.
+      let slotsPriced = false;
       const estimate = (r: ReplicaView) => {
         const newChars = missing(r);
         // Prefix KV worth keeping that this request would push out of a full card is
@@ -55,12 +64,16 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         // is not worth keeping: a card full of it has room.
         const evicted = ctx.displaces(r.name, newChars);
         const work = (newChars + evicted) / r.charsPerToken;
-        return (prefillAhead(r, work) + work) / r.prefillRate;
+        // On an engine whose slots are all taken (llama.cpp's, Ollama's one) it first waits for
+        // a slot — what is left of the generations ahead, which no prefill queue shows.
+        const prefill = (prefillAhead(r, work) + work) / r.prefillRate;
+        return slotsPriced && r.slotWait !== undefined ? Math.max(prefill, r.slotWait + work / r.prefillRate) : prefill;
       };
 
       const pick = rulePick(up, ctx, o, estimate, missing);
       // Priced over the turns to come, not this one: the one re-prefill is the point.
       if (pick.reason === "room") return pick;
+      slotsPriced = pick.reason === "cache";
       const picked = up.find((r) => r.name === pick.replica)!;
       const pickCost = estimate(picked);
 

@@ -1,0 +1,94 @@
+/**
+ * The requests this router has in flight on an engine that runs a fixed number of them at once
+ * (slots), and how long a new one would wait there for a slot.
+ *
+ * llama-server gives each request a slot; a request that finds none idle waits in its task
+ * queue until a running one is released after its last token (server-context.cpp
+ * process_single_task: no available slot → queue_tasks.defer; a released slot pops the
+ * deferred tasks). Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
+ * (llm/llama_server.go, envconfig/config.go). So on such an engine a request waits for the whole
+ * remaining generation of the request in the slot, not only for the prefills ahead of it as on
+ * vLLM's and SGLang's continuous batching, whose hundreds of sequences decode side by side.
+ *
+ * How long a generation takes after its first byte is measured here (decay 0.9 a sample, as the
+ * prefill rate); until a streamed answer has been timed, the wait is priced at prefills only.
+ */
+
+/** Each measurement keeps this share of the previous mean. */
+const DECAY = 0.9;
+
+interface Flight {
+  /** When it was sent (ms). */
+  sentAt: number;
+  /** Its prefill at the replica's rate then (ms). */
+  prefillMs: number;
+  /** Its first byte (ms), once seen. */
+  firstByteAt?: number;
+}
+
+export class SlotQueue {
+  private readonly flights = new Map<number, Flight>();
+  private nextId = 1;
+  private decodeSum = 0;
+  private decodeWeight = 0;
+  /** The most streams seen running here at once: an engine's slot count is at least that. */
+  concurrentSeen = 0;
+
+  /** Mean time from first byte to end of a streamed answer here (ms), once measured. */
+  get decodeMs(): number | undefined {
+    return this.decodeWeight > 0 ? this.decodeSum / this.decodeWeight : undefined;
+  }
+
+  get size(): number {
+    return this.flights.size;
+  }
+
+  /** A request was sent whose prefill is `prefillMs` at the measured rate; returns its handle. */
+  begin(prefillMs: number, now: number): number {
+    const id = this.nextId++;
+    this.flights.set(id, { sentAt: now, prefillMs: Math.max(0, prefillMs) });
+    return id;
+  }
+
+  /** Its first byte arrived (a streamed answer: it holds a slot and decodes). */
+  firstByte(id: number, now: number): void {
+    const f = this.flights.get(id);
+    if (!f || f.firstByteAt !== undefined) return;
+    f.firstByteAt = now;
+    let streaming = 0;
+    for (const x of this.flights.values()) if (x.firstByteAt !== undefined) streaming++;
+    this.concurrentSeen = Math.max(this.concurrentSeen, streaming);
+  }
+
+  /** It ended; `complete`: a whole streamed answer, whose time after the first byte is a sample. */
+  end(id: number, now: number, complete: boolean): void {
+    const f = this.flights.get(id);
+    if (!f) return;
+    this.flights.delete(id);
+    if (!complete || f.firstByteAt === undefined) return;
+    this.decodeSum = this.decodeSum * DECAY + (now - f.firstByteAt);
+    this.decodeWeight = this.decodeWeight * DECAY + 1;
+  }
+
+  /**
+   * Seconds a new request would wait for one of `slots` here: the requests holding slots (those
+   * streaming, then the oldest sent) end after what is left of their prefill and generation;
+   * each request queued beyond them takes the first slot freed, for a whole prefill and
+   * generation. 0 while a slot is free, and before any generation was timed.
+   */
+  waitSeconds(slots: number, now: number): number {
+    const decode = this.decodeMs;
+    if (decode === undefined || slots < 1 || this.flights.size < slots) return 0;
+    const order = [...this.flights.values()].sort((a, b) => (a.firstByteAt === undefined ? 1 : 0) - (b.firstByteAt === undefined ? 1 : 0) || a.sentAt - b.sentAt);
+    const free: number[] = [];
+    for (const f of order.slice(0, slots)) {
+      const left = f.firstByteAt !== undefined ? decode - (now - f.firstByteAt) : Math.max(0, f.prefillMs - (now - f.sentAt)) + decode;
+      free.push(Math.max(0, left));
+    }
+    for (const f of order.slice(slots)) {
+      free.sort((a, b) => a - b);
+      free[0]! += f.prefillMs + decode;
+    }
+    return Math.min(...free) / 1000;
+  }
+}
