@@ -19,8 +19,9 @@
  * later) ÷ that replica's measured prefill rate — where
  * what it waits for is priced as the engine schedules prefills (an engine that prefills
  * several requests at once shares its compute, so a short cached turn waits for only as
- * much of each other prefill as its own size: `prefillAhead`; an engine with a fixed number of
- * slots, all taken, makes it wait for a slot first: what is left of the generations ahead). The
+ * much of each other prefill as its own size: `prefillAhead`; on an engine with a fixed number
+ * of slots, all taken, a document's holder is priced with the wait for a slot: what is left of
+ * the generations ahead). The
  * rule's pick stands unless another replica is faster by more than `margin` of its estimate,
  * by `min_gain_tokens` of prefill, and — when the pick holds the request's prefix — by more
  * than prefilling that prefix again, since leaving copies it (cost): a hot card is relieved,
@@ -54,7 +55,9 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       // — on Ollama two of three agents left a card busy with the third's first prefill and
       // all three then queued on the other (warm turns 3.2 → 6.9 s, 2 runs); and a cold spread
       // placed by its own wait piles onto the cards whose conversations' next turns queue
-      // behind it, where the counter keeps the cards' backlogs even.
+      // behind it, where the counter keeps the cards' backlogs even. (The rule's choice among a
+      // document's several holders, made before, is by prefill alone; the pricing after it
+      // then moves the request off a holder whose slots are taken for too long.)
       let slotsPriced = false;
       const estimate = (r: ReplicaView) => {
         const newChars = missing(r);
