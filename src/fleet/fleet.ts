@@ -307,7 +307,6 @@ export class Replica {
     const pendingSince = this.prefill.oldestCommit();
     const slots = this.slots;
     const serving = this.servingSlots;
-    const slotWait = serving !== undefined && this.flights.size >= serving ? this.flights.waitSeconds(serving, Date.now()) : 0;
     return {
       name: this.name,
       healthy: this.healthy,
@@ -323,7 +322,7 @@ export class Replica {
       ...(pendingSince === undefined ? {} : { pendingSince }),
       ...(this.profile?.matchedWhenScheduled ? { matchedWhenScheduled: true } : {}),
       ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
-      ...(slotWait > 0 ? { slotWait } : {}),
+      ...(serving !== undefined && this.flights.size >= serving ? { slotWait: () => this.flights.waitSeconds(serving, Date.now()) } : {}),
     };
   }
 

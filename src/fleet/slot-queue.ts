@@ -32,6 +32,8 @@ export class SlotQueue {
   private nextId = 1;
   private decodeSum = 0;
   private decodeWeight = 0;
+  /** Flights past their first byte. */
+  private streaming = 0;
   /** The most streams seen running here at once: an engine's slot count is at least that. */
   concurrentSeen = 0;
 
@@ -56,9 +58,8 @@ export class SlotQueue {
     const f = this.flights.get(id);
     if (!f || f.firstByteAt !== undefined) return;
     f.firstByteAt = now;
-    let streaming = 0;
-    for (const x of this.flights.values()) if (x.firstByteAt !== undefined) streaming++;
-    this.concurrentSeen = Math.max(this.concurrentSeen, streaming);
+    this.streaming++;
+    this.concurrentSeen = Math.max(this.concurrentSeen, this.streaming);
   }
 
   /** It ended; `complete`: a whole streamed answer, whose time after the first byte is a sample. */
@@ -66,6 +67,7 @@ export class SlotQueue {
     const f = this.flights.get(id);
     if (!f) return;
     this.flights.delete(id);
+    if (f.firstByteAt !== undefined) this.streaming--;
     if (!complete || f.firstByteAt === undefined) return;
     this.decodeSum = this.decodeSum * DECAY + (now - f.firstByteAt);
     this.decodeWeight = this.decodeWeight * DECAY + 1;

@@ -44,8 +44,9 @@ export interface ReplicaView {
    * Seconds a new request would wait for a slot on an engine that runs a fixed number of
    * requests at once (llama.cpp's slots, Ollama's one) when all are taken: what is left of
    * the generations ahead of it, which the prefill queue does not count. Absent otherwise.
+   * Worked out when asked: only a request a held document pulls there is priced with it.
    */
-  slotWait?: number;
+  slotWait?: () => number;
   /** Measured prefill throughput, tokens per second. */
   prefillRate: number;
   /** Characters of canonical prompt per engine token (learned from usage). */

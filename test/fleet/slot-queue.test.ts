@@ -111,7 +111,7 @@ describe("a replica's view", () => {
     r.facts = facts("ollama");
     busy(r);
     expect(r.servingSlots).toBe(1);
-    expect(r.view().slotWait).toBeCloseTo(7, 0);
+    expect(r.view().slotWait?.()).toBeCloseTo(7, 0);
   });
 
   it("llama.cpp: its slots from /props; one of four taken is no wait", () => {

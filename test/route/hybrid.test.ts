@@ -6,6 +6,7 @@
 import { describe, expect, it } from "bun:test";
 import fc from "fast-check";
 import { chat, choice, conversation, fleet, router, send, sendInFlight } from "./_fixtures.ts";
+import type { FleetView } from "../../src/route/router.ts";
 
 const TOKEN = 4; // characters per token in the fixture fleet
 const words = (tokens: number, label: string) => `${label} `.padEnd(tokens * TOKEN, "x");
@@ -75,14 +76,19 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     expect(send(r, doc(1, "again"), replicas)!.estimate).toMatchObject({ capturedChars: expect.any(Number), settled: true });
   });
 
-  it("…unless the holder's queue costs more than prefilling the document elsewhere", () => {
+  // Busy by a prefill queue, or — on an engine whose slots are all taken (Ollama's one) — by the
+  // generations ahead of its slot, which no prefill queue shows.
+  it.each([
+    ["queue costs more", (r: FleetView, s: number) => (r.queuedTokens = s * 4_000)],
+    ["slot (Ollama's one, busy with others' answers) frees later", (r: FleetView, s: number) => (r.slotWait = () => s)],
+  ] as const)("…unless the holder's %s than prefilling the document elsewhere", (_name, busyFor) => {
     const r = router("hybrid");
     const replicas = fleet(2);
     const holder = send(r, doc(1, "first"), replicas)!.replica;
     const busy = replicas.find((x) => x.name === holder)!;
-    busy.queuedTokens = 6_000; // less than the 8k document: still faster to wait
+    busyFor(busy, 1.5); // less than prefilling the 8k document elsewhere (2 s): still faster to wait
     expect(choice(send(r, doc(1, "second"), replicas))).toEqual({ replica: holder, reason: "cache" });
-    busy.queuedTokens = 20_000; // 5 s of queue against 2 s of prefill elsewhere
+    busyFor(busy, 5); // 5 s against 2 s of prefill elsewhere
     const moved = send(r, doc(1, "third"), replicas)!;
     expect(moved.reason).toBe("cost");
     expect(moved.replica).not.toBe(holder);
@@ -102,19 +108,6 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     expect(send(r, chat(convo.messages), replicas)).toMatchObject({ reason: "cost" });
   });
 
-  it("on an engine with slots, all taken (Ollama's one), a document's holder is priced with the wait for its slot", () => {
-    const r = router("hybrid");
-    const replicas = fleet(2);
-    const holder = send(r, doc(1, "first"), replicas)!.replica;
-    const busy = replicas.find((x) => x.name === holder)!;
-    // Its slot busy with another answer: nothing is prefilling there, so only the slot wait shows it.
-    busy.slotWait = 1; // less than prefilling the 8k document elsewhere (2 s): wait
-    expect(choice(send(r, doc(1, "second"), replicas))).toEqual({ replica: holder, reason: "cache" });
-    busy.slotWait = 20; // 20 s of generations ahead: copy it
-    const moved = send(r, doc(1, "third"), replicas)!;
-    expect(moved.reason).toBe("cost");
-    expect(moved.replica).not.toBe(holder);
-  });
 
   it("…but not a conversation (its next turns would follow it) nor a cold spread (the counter keeps the backlogs even)", () => {
     const r = router("hybrid");
@@ -122,7 +115,7 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     const convo = conversation(words(1_000, "agent"), words(4_000, "task"));
     const owner = send(r, chat(convo.messages), replicas)!.replica;
     convo.next(0);
-    replicas.find((x) => x.name === owner)!.slotWait = 20;
+    replicas.find((x) => x.name === owner)!.slotWait = () => 20;
     expect(choice(send(r, chat(convo.messages), replicas))).toEqual({ replica: owner, reason: "pin" });
     // The counter's next two picks: the other card, then the owner, slot wait or not.
     const colds = [1, 2].map((i) => choice(send(r, chat([{ role: "user", content: words(2_000, `new task ${i}`) }]), replicas)));

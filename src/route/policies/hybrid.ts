@@ -70,7 +70,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         // On an engine whose slots are all taken (llama.cpp's, Ollama's one) it first waits for
         // a slot — what is left of the generations ahead, which no prefill queue shows.
         const prefill = (prefillAhead(r, work) + work) / r.prefillRate;
-        return slotsPriced && r.slotWait !== undefined ? Math.max(prefill, r.slotWait + work / r.prefillRate) : prefill;
+        return slotsPriced && r.slotWait ? Math.max(prefill, r.slotWait() + work / r.prefillRate) : prefill;
       };
 
       const pick = rulePick(up, ctx, o, estimate, missing);
