@@ -44,11 +44,16 @@ export function startRecorder(target: string): Recorder {
       const requestBody = new Uint8Array(await req.arrayBuffer());
       const headers = new Headers(req.headers);
       headers.delete("host");
+      // A new connection for each request (Bun's keepalive: false): the recorder forwards, it is
+      // not under test. Once on a loaded box a request it forwarded to a llama-server was reset
+      // before any byte (ECONNRESET; not reproduced in 8 runs beside two busy loops): whatever
+      // the cause, it is not a connection this helper kept.
       const upstream = await fetch(`${target}${url.pathname}${url.search}`, {
         method: req.method,
         headers,
         body: req.method === "GET" || req.method === "HEAD" ? undefined : requestBody,
         signal: req.signal,
+        keepalive: false,
       });
       const exchange: Exchange = { method: req.method, path: url.pathname, requestBody, status: upstream.status, responseBody: new Uint8Array(0) };
       const out = new Headers(upstream.headers);

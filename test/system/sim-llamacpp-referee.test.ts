@@ -7,60 +7,31 @@
  * `-c 8192 --parallel 2` shows the same slots with the same n_ctx. Output text is random on
  * the tiny model, so only shapes are compared.
  *
- * Needs the prebuilt server and model (/work/shared/engines, see its README; override with
- * LLMROUTE_LLAMA_SERVER and LLMROUTE_LLAMA_MODEL). Missing, the test fails and says so.
+ * Runs the engine `npm run engine:llamacpp` made (or LLMROUTE_LLAMA_SERVER and
+ * LLMROUTE_LLAMA_MODEL), started by test/system/_llamacpp.ts; missing, the test fails and
+ * says what to run.
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import { startSim, type SimServer } from "../../src/sim/index.ts";
-import { until } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
-import { requireCommand } from "./_require.ts";
+import { startLlamaReplica, WORDS_ONLY, type LlamaReplica } from "./_llamacpp.ts";
 
-const SERVER = process.env.LLMROUTE_LLAMA_SERVER ?? "/work/shared/engines/llama-server";
-const MODEL = process.env.LLMROUTE_LLAMA_MODEL ?? "/work/shared/engines/tiny-qwen2tok-L4-E256.gguf";
-
-let real: { url: string; proc: ReturnType<typeof Bun.spawn> } | undefined;
-let sim: SimServer | undefined;
-
-/** Servers the later tests start. */
-const extra: ({ proc: ReturnType<typeof Bun.spawn> } | SimServer)[] = [];
+/** The sims the tests start (the llama-servers are the launcher's: killAll stops them). */
+const sims: SimServer[] = [];
 
 afterAll(async () => {
-  real?.proc.kill();
-  await real?.proc.exited;
-  await sim?.stop();
-  for (const x of extra) {
-    if ("proc" in x) {
-      x.proc.kill();
-      await x.proc.exited;
-    } else await x.stop();
-  }
+  await Promise.all(sims.map((x) => x.stop()));
   await killAll();
 });
 
-async function freePort(): Promise<number> {
-  const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const port = probe.port!;
-  await probe.stop(true);
-  return port;
-}
-
 /** A real llama-server: `-c 8192 --parallel 2` unless `args` say otherwise. */
-async function startReal(args: readonly string[] = ["-c", "8192", "--parallel", "2"]): Promise<{ url: string; proc: ReturnType<typeof Bun.spawn> }> {
-  const bin = requireCommand(SERVER, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_SERVER)");
-  requireCommand(MODEL, "see /work/shared/engines/README.md (or set LLMROUTE_LLAMA_MODEL)");
-  const port = await freePort();
-  const proc = Bun.spawn([bin, "-m", MODEL, "--host", "127.0.0.1", "--port", String(port), "-t", "1", ...args, "--metrics", "--slots", "--no-webui", "-a", "sim-model"], {
-    stdout: "ignore",
-    stderr: "ignore",
-  });
-  const url = `http://127.0.0.1:${port}`;
-  // Ready when its /health says so (503 "Loading model" until then).
-  await until(async () => {
-    if (proc.exitCode !== null) throw new Error(`llama-server exited with ${proc.exitCode}`);
-    return fetch(`${url}/health`).then((r) => r.status === 200, () => false);
-  }, "llama-server's /health", 60_000);
-  return { url, proc };
+const startReal = (args: readonly string[] = ["-c", "8192", "--parallel", "2"]): Promise<LlamaReplica> =>
+  startLlamaReplica({ name: "referee", flags: ["-t", "1", ...args, "--metrics", "--slots", "--no-ui", "-a", "sim-model"] });
+
+async function sim(options: Parameters<typeof startSim>[0]): Promise<SimServer> {
+  const server = await startSim(options);
+  sims.push(server);
+  return server;
 }
 
 type Json = Record<string, any>;
@@ -83,10 +54,10 @@ function shape(value: unknown): unknown {
 
 describe("the llamacpp profile against a real llama-server", () => {
   it("agrees on bodies, chunks, capacity endpoints, metrics and the restart header", async () => {
-    [real, sim] = await Promise.all([startReal(), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, parallel: 2 })]);
-    const urls = [real.url, sim.url] as const;
+    const [real, simulated] = await Promise.all([startReal(), sim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, parallel: 2 })]);
+    const urls = [real.url, simulated.url] as const;
     const both = async <T>(f: (url: string) => Promise<T>): Promise<[T, T]> => [await f(urls[0]), await f(urls[1])];
-    const chat = { messages: [{ role: "user", content: "hello there" }], max_tokens: 3 };
+    const chat = { messages: [{ role: "user", content: "hello there" }], max_tokens: 3, ...WORDS_ONLY };
 
     const [rb, sb] = await both(async (u) => (await post(u, "/v1/chat/completions", chat)).json() as Promise<Json>);
     expect(shape(sb)).toEqual(shape(rb));
@@ -140,15 +111,14 @@ describe("the llamacpp profile against a real llama-server", () => {
 
   it("agrees on a unified KV that overflows: two prompts that fit alone but not together are failed with the same 500 body", async () => {
     // llama-server's default (no --parallel): 4 slots sharing one KV of 8,192 tokens.
-    const [unified, simUnified] = await Promise.all([startReal(["-c", "8192"]), startSim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, prefillTps: 2_000 })]);
-    extra.push(unified, simUnified);
+    const [unified, simUnified] = await Promise.all([startReal(["-c", "8192"]), sim({ port: 0, profile: "tiny", engine: "llamacpp", kvTokens: 8192, prefillTps: 2_000 })]);
     // ~6.6k tokens each on both tokenizers (Qwen2's ~20 a line here; the sim's 4 characters a
     // token). llama-server packs up to n_batch (2,048) prompt tokens a step across its slots, and
     // frees the first request's KV only after its second token, a step after its prompt ends:
     // by then the two hold about 4 × 2,048 + 2,048 = 10,240 tokens, whatever the arrival order,
     // against 8,192. (With ~4.4k-token prompts that figure is 8,192 — exactly the KV — and on
-    // CI both were served.) Greedy and 2 tokens: llama.cpp's chat output parser, which fails on
-    // some random text with a 500 of its own, sees the same two tokens every run.
+    // CI both were served.) Two words (WORDS_ONLY): llama.cpp's chat output parser never sees
+    // a broken character, so every 500 here is the KV's.
     const prompt = (url: string, label: string) =>
       url === unified.url
         ? Array.from({ length: 330 }, (_, i) => `${label} line ${i}: replica ${i % 7} holds ${i * 13} tokens of ${label}.`).join("\n")
@@ -156,7 +126,7 @@ describe("the llamacpp profile against a real llama-server", () => {
     const pair = async (url: string) =>
       Promise.all(
         ["first", "second"].map(async (label) => {
-          const res = await post(url, "/v1/chat/completions", { messages: [{ role: "user", content: prompt(url, label) }], max_tokens: 2, temperature: 0 });
+          const res = await post(url, "/v1/chat/completions", { messages: [{ role: "user", content: prompt(url, label) }], max_tokens: 2, temperature: 0, ...WORDS_ONLY });
           return { status: res.status, body: await res.text() };
         }),
       );
