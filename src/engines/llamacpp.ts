@@ -73,6 +73,14 @@ export const LLAMACPP: EngineProfile = {
   // streamed, HTTP 200 and that object as the stream's first and only event. The request is
   // fine (a prompt over the context is a 400, exceed_context_size_error): the card was full.
   kvFull: (error) => errorMessage(error) === "Context size has been exceeded.",
+  // server-queue.cpp server_response_reader::next parses a slot's final result (server-task.h
+  // server_task_result_cmpl_final::update → common/chat.cpp common_chat_peg_parse) after the
+  // slot sent it and kept its tokens; output the template's parser rejects becomes HTTP 500
+  // "The model produced output that does not match the expected <format> format". Real run
+  // (2 Dec 2026, 80fb11a): the same request sent again found all its tokens but the last
+  // cached, 4 of 4 (408- and 767-token prompts); test/system/llamacpp-router.test.ts checks it
+  // through the router, forcing the break with logit_bias.
+  keptPrompt: (error) => errorMessage(error)?.startsWith("The model produced output that does not match the expected ") ?? false,
   // /props build_info: "b<N>-<commit>".
   version: { path: "/props", read: (b) => (b && typeof b === "object" && typeof (b as { build_info?: unknown }).build_info === "string" ? (b as { build_info: string }).build_info : undefined) },
 };

@@ -133,6 +133,12 @@ export interface EngineProfile {
    * counting it against the replica's health.
    */
   kvFull?(error: unknown): boolean;
+  /**
+   * Is this whole error body (parsed) one the engine sends after it computed the prompt, which
+   * stays in its cache? The router then remembers the prompt there, as for an answer: a client
+   * that sends it again finds it cached on that replica.
+   */
+  keptPrompt?(error: unknown): boolean;
 }
 
 /** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */

@@ -442,13 +442,15 @@ export function createProxy(deps: ProxyDeps): Proxy {
     }
     // The engine turned it away for want of KV beside the requests it runs (llama.cpp's
     // unified KV), producing nothing: nothing reached the client, another replica can take it.
-    if (saysKvFull(replica, res.status, isSse, all ?? first?.value)) {
+    if (errorSays(replica.profile?.kvFull, res.status, isSse, all ?? first?.value)) {
       reader?.cancel().catch(() => {});
       const wall = replica.turnedAwayFull(tokens, Date.now(), routing.capacity_window_ms);
       const reason = `its KV is full ("Context size has been exceeded." with ~${Math.round(wall).toLocaleString("en-US")} prompt tokens in flight there: requests wait beyond that for ${ms(routing.capacity_window_ms)})`;
       stop = { kind: "failure", failure: { kind: "full", reason } };
       return fail();
     }
+    // An error the engine sent after computing the prompt, which it keeps (EngineProfile.keptPrompt).
+    const keptPrompt = !isSse && errorSays(replica.profile?.keptPrompt, res.status, isSse, all);
     const ttftMs = now() - ctx.started;
     // A streamed answer's first byte ends its prefill. A whole answer says nothing about it,
     // nor does an error (a 400 for a prompt over the context comes at once, prefilling
@@ -498,8 +500,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
           if (replica.facts && showsCachedTokens(profile, endpoint, usage)) replica.facts.cachedTokensSeen = true;
           verdict = router.feedback(replica.name, est, reportedCachedTokens(profile, endpoint, usage, replica.facts?.cachedTokensSeen ?? false), decided.committedAt);
         }
-        // An error answer (a 400 for a too-long prompt, a 500) computed no KV to remember.
-        else if (res.status >= 400) decided.retract?.();
+        // An error answer (a 400 for a too-long prompt, a 500) computed no KV to remember,
+        // unless the engine says it did (llama.cpp's output parser fails after the prompt).
+        else if (res.status >= 400 && !keptPrompt) decided.retract?.();
       }
       // What this answer taught (its response id, a correction) and its decision go out before its end does.
       deps.cluster?.answered(decided.committedAt);
@@ -625,18 +628,17 @@ export function createProxy(deps: ProxyDeps): Proxy {
 }
 
 /**
- * Is this answer the engine saying its KV was full (EngineProfile.kvFull)? A whole error
- * body (status ≥ 500), or a stream whose first event is an error: llama-server sends it as
- * one small write, so it is the whole first chunk.
+ * Does this error answer say what `test` looks for (an EngineProfile reading of the engine's
+ * error object)? A whole error body (status ≥ 500), or a stream whose first event is an error:
+ * llama-server sends it as one small write, so it is the whole first chunk.
  */
-function saysKvFull(replica: Replica, status: number, isSse: boolean, bytes: Uint8Array | undefined): boolean {
-  const kvFull = replica.profile?.kvFull;
-  if (!kvFull || !bytes || bytes.length > 4096 || (!isSse && status < 500)) return false;
+function errorSays(test: ((error: unknown) => boolean) | undefined, status: number, isSse: boolean, bytes: Uint8Array | undefined): boolean {
+  if (!test || !bytes || bytes.length > 4096 || (!isSse && status < 500)) return false;
   const text = new TextDecoder().decode(bytes);
   const json = isSse ? /^(?:event:[^\n]*\n)?data: ?(\{[^\n]*\})\n/.exec(text)?.[1] : text;
   if (json === undefined) return false;
   try {
-    return kvFull(JSON.parse(json));
+    return test(JSON.parse(json));
   } catch {
     return false;
   }

@@ -85,6 +85,8 @@ const CUT_FLUSH_MS = 20;
 
 /** A unified KV that overflowed under the running requests fails each (slots.ts ensureRoom; llama.cpp server-context.cpp update_slots). */
 const kvOverflow = () => new ApiError(500, "Context size has been exceeded.");
+/** Output llama.cpp's chat parser rejected (faults.ts unparsable_next; common/chat.cpp common_chat_peg_parse). */
+const unparsable = () => new ApiError(500, "The model produced output that does not match the expected peg-native format");
 
 export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps = {}): SimApp {
   const options = resolveSimOptions(input);
@@ -357,6 +359,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       const error = result.reason === "overflow" ? kvOverflow() : new ApiError(503, `sim ${options.name}: request ended (${result.reason})`);
       return ctx.endpoint === "/v1/messages" ? errorResponse(error, "anthropic", headers) : profile.errorResponse(error, headers);
     }
+    // The answer is parsed once the slot has sent it: the prompt stays cached either way.
+    if (profile.family === "llamacpp" && ctx.endpoint === "/v1/chat/completions" && faults.takeUnparsable()) return profile.errorResponse(unparsable(), headers);
     return Response.json(profile.jsonBody(ctx, result), { headers });
   }
 

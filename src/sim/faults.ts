@@ -14,6 +14,12 @@
  *   cleared with `close_after_chunks: -1`). Non-streaming requests do not consume it.
  * - `startup_delay_ms: D` — /health and the API answer 503 "loading" for D real ms from
  *   now (from start when given as an option).
+ * - `unparsable_next: N` — llamacpp profile: the next N non-streamed chat completions are
+ *   computed and kept in their slots as usual, then answered as llama-server answers output
+ *   its chat template's parser rejects: HTTP 500 "The model produced output that does not
+ *   match the expected peg-native format" (common/chat.cpp common_chat_peg_parse, run by
+ *   server-queue.cpp server_response_reader::next on the slot's final result; 4 of 150
+ *   two-token chats on the project's random-weight model, 2 Dec 2026).
  */
 import { ApiError } from "./_api-error.ts";
 import type { Clock } from "./clock.ts";
@@ -29,6 +35,7 @@ export class Faults {
   stallNext: number;
   closeAfterChunks: number;
   closeNext: number;
+  unparsableNext = 0;
   readyAtMs: number;
   private readonly stalled = new Set<() => void>();
 
@@ -81,10 +88,17 @@ export class Faults {
     return this.closeAfterChunks;
   }
 
+  /** Whether this answer's output is one llama.cpp's chat parser rejects (consuming one `unparsable_next`). */
+  takeUnparsable(): boolean {
+    if (this.unparsableNext <= 0) return false;
+    this.unparsableNext--;
+    return true;
+  }
+
   /** Apply a POST /sim/faults body. Throws ApiError 400 naming the bad field. */
   update(body: unknown): void {
     if (!isRecord(body)) throw new ApiError(400, "/sim/faults takes a JSON object");
-    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms"];
+    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms", "unparsable_next"];
     for (const key of Object.keys(body)) {
       if (!known.includes(key)) throw new ApiError(400, `unknown fault ${JSON.stringify(key)}; known: ${known.join(", ")}`, { param: key });
     }
@@ -104,6 +118,7 @@ export class Faults {
     const closeAfter = int("close_after_chunks", -1);
     const closeNext = int("close_next", -1);
     const startupDelay = int("startup_delay_ms", 0);
+    const unparsable = int("unparsable_next", 0);
     if (failStatus !== undefined) this.failStatus = failStatus;
     if (failNext !== undefined) this.failNext = failNext;
     if (stallMs !== undefined) {
@@ -116,6 +131,7 @@ export class Faults {
       this.closeNext = closeNext ?? 1;
     } else if (closeNext !== undefined) this.closeNext = closeNext;
     if (startupDelay !== undefined) this.readyAtMs = this.clock.now() + startupDelay;
+    if (unparsable !== undefined) this.unparsableNext = unparsable;
   }
 
   /** Back to no faults at all (start-up delay included). */
@@ -126,6 +142,7 @@ export class Faults {
     this.stallNext = -1;
     this.closeAfterChunks = -1;
     this.closeNext = 1;
+    this.unparsableNext = 0;
     this.readyAtMs = this.clock.now();
     this.releaseStalled();
   }
@@ -138,6 +155,7 @@ export class Faults {
       stall_next: this.stallNext,
       close_after_chunks: this.closeAfterChunks,
       close_next: this.closeNext,
+      unparsable_next: this.unparsableNext,
       loading_ms_left: Math.max(0, Math.ceil(this.readyAtMs - this.clock.now())),
     };
   }

@@ -74,6 +74,36 @@ describe("before the first byte: demote and retry", () => {
   });
 });
 
+describe("an answer llama.cpp's chat parser rejects", () => {
+  it("a 500 after the prompt was computed: passed on as the engine's, the card stays up, and the same request sent again goes where its prompt is cached", async () => {
+    const llama = { engine: "llamacpp", kvTokens: 16_384 } as const;
+    const sims = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
+    const router = await startRouterInProcess(sims);
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; engine?: { family?: string } }[] };
+    await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
+    await Promise.all(sims.map((s) => s.faults({ unparsable_next: 1 })));
+
+    const body = JSON.stringify({ model: "sim-model", messages: [{ role: "system", content: `${crypto.randomUUID()} ${"lorem ipsum dolor sit amet ".repeat(200)}` }, { role: "user", content: "a question" }], max_tokens: 4 });
+    const send = () => fetch(`${router.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const failed = await send();
+    expect(failed.status).toBe(500);
+    expect(await failed.json()).toEqual({ error: { code: 500, message: "The model produced output that does not match the expected peg-native format", type: "server_error" } });
+    const owner = failed.headers.get("x-llmroute-replica")!;
+    // Only the card that computed it still fails its next answer: had the resend gone elsewhere, it would be a 500 too.
+    await sims.find((s) => s.name !== owner)!.faults({ unparsable_next: 0 });
+
+    const again = await send();
+    expect(again.status).toBe(200);
+    expect(again.headers.get("x-llmroute-replica")).toBe(owner);
+    expect(again.headers.get("x-llmroute-route")).not.toBe("spread");
+    const usage = ((await again.json()) as { usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } }).usage;
+    expect(usage.prompt_tokens_details?.cached_tokens ?? 0).toBeGreaterThanOrEqual(usage.prompt_tokens - 1);
+    // The engine's verdict on an answer, not on the card's health.
+    expect(logRecords(router, "replica down")).toHaveLength(0);
+    expect((await status()).replicas.map((r) => r.state)).toEqual(["up", "up"]);
+  });
+});
+
 describe("a llama.cpp card whose KV is full", () => {
   it("turns concurrent requests away ('Context size has been exceeded.'): they fail over, the card stays up, then takes them one at a time", async () => {
     // Two llama-servers at their default: 4 slots sharing one KV of 4,096 tokens, which two

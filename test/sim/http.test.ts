@@ -416,6 +416,18 @@ describe("fault knobs", () => {
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
   });
 
+  it("unparsable_next (llamacpp): the next chat is computed and kept, then answered with llama.cpp's parser 500; the same chat again finds its prompt cached", async () => {
+    const s = await sim({ ...SMALL, engine: "llamacpp" });
+    await faults(s, { unparsable_next: 1 });
+    const body = JSON.stringify({ messages: [{ role: "user", content: words(300, "unparsable") }], max_tokens: 2 });
+    const chat = () => fetch(`${s.url}/v1/chat/completions`, { method: "POST", body });
+    const failed = await chat();
+    expect(failed.status).toBe(500);
+    expect(await failed.json()).toEqual({ error: { code: 500, message: "The model produced output that does not match the expected peg-native format", type: "server_error" } });
+    const again = (await (await chat()).json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } } };
+    expect(again.usage.prompt_tokens_details.cached_tokens).toBe(again.usage.prompt_tokens - 1);
+  });
+
   it("rejects unknown or malformed fault settings with 400", async () => {
     const s = await sim(SMALL);
     expect((await faults(s, { fail_nxt: 1 })).status).toBe(400);

@@ -10,6 +10,8 @@
  * - a client gets exactly the bytes the engine sent (nothing added, nothing stripped);
  * - slots that thrash (--cache-ram 0) are said to be the capacity wall, never "cache off",
  *   and a RAM prompt cache that restores is never contradicted by a capacity warning;
+ * - an answer llama.cpp's chat parser rejects (a 500 after the prompt was computed) reaches
+ *   the client as sent, and the prompt it computed is remembered where it is cached;
  * - a replica killed and restarted mid-traffic costs no client error before the first byte.
  *
  * Random weights make the text nonsense: nothing here reads it. Sizes are small (a few
@@ -320,6 +322,36 @@ describe("a unified KV that overflows (llama-server's default without --parallel
       const failovers = r.log.records.filter((x) => x.msg === "failover");
       expect(failovers.length).toBe(card.kv_full);
       expect(failovers.every((x) => String(x.fields.reason).startsWith('its KV is full ("Context size has been exceeded."'))).toBe(true);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("an answer llama.cpp's chat parser rejects", () => {
+  it(
+    "its 500 reaches the client as the engine sent it, and the prompt it computed is remembered: the same chat again goes there and finds it cached",
+    async () => {
+      const replicas = await startLlamaReplicas(2, { prefix: "parser" });
+      const r = await router(replicas.map((x, i) => ({ name: `gpu${i}`, url: x.url })));
+      const content = `${crypto.randomUUID()} ${lines("parser", 80)}`;
+      const send = (extra: Record<string, unknown>) =>
+        fetch(`${r.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content }], max_tokens: 2, ...extra }),
+        });
+      // What WORDS_ONLY avoids, asked for: token 123516 of Qwen2's vocabulary is part of a
+      // character (alone it detokenizes to U+FFFD), so two of it break one, and the parser fails.
+      const rejected = await send({ logit_bias: { "123516": 100 } });
+      expect(rejected.status).toBe(500);
+      expect(await rejected.json()).toEqual({ error: { code: 500, message: "The model produced output that does not match the expected peg-native format", type: "server_error" } });
+      // The same chat again, without the bias.
+      const again = await send(WORDS_ONLY);
+      expect(again.status).toBe(200);
+      expect(again.headers.get("x-llmroute-replica")).toBe(rejected.headers.get("x-llmroute-replica"));
+      const usage = ((await again.json()) as OpenAI.ChatCompletion).usage!;
+      expect(usage.prompt_tokens_details!.cached_tokens!).toBe(usage.prompt_tokens - 1);
+      expect((await status(r.url)).replicas.map((x) => x.state)).toEqual(["up", "up"]);
     },
     TIMEOUT,
   );
