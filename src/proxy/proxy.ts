@@ -450,7 +450,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return fail();
     }
     // An error the engine sent after computing the prompt, which it keeps (EngineProfile.keptPrompt).
-    const keptPrompt = !isSse && errorSays(replica.profile?.keptPrompt, res.status, isSse, all);
+    const keptPrompt = !isSse && errorSays(replica.profile?.keptPrompt, res.status, isSse, all ?? first?.value);
     const ttftMs = now() - ctx.started;
     // A streamed answer's first byte ends its prefill. A whole answer says nothing about it,
     // nor does an error (a 400 for a prompt over the context comes at once, prefilling

@@ -396,6 +396,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     const write = (frames: string[]) => {
       for (const frame of frames) {
         if (finished) return;
+        // K = 0: not even the first (a tiny prompt's first token is written inside submit()).
+        if (cutAfter === 0) return cut();
         controller.enqueue(encoder.encode(frame));
         written++;
         if (cutAfter >= 0 && written >= cutAfter) return cut();
@@ -449,7 +451,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     };
     request.signal.addEventListener("abort", onAbort, { once: true });
     if (request.signal.aborted) onAbort();
-    if (cutAfter === 0) cut();
+    if (cutAfter === 0 && !finished) cut();
     await admission;
     return new Response(stream, {
       headers: { ...baseHeaders, ...prefixHeader(seq), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
@@ -479,7 +481,12 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (path === "/sim/state" && method === "GET") return json(state());
     if (path === "/sim/faults" && method === "GET") return json(faults.snapshot());
     if (path === "/sim/faults" && method === "POST") {
-      faults.update(await readJson(request));
+      const body = await readJson(request);
+      // An engine fault of llama.cpp's: another profile would take it and never use it.
+      if (profile.family !== "llamacpp" && isRecord(body) && "unparsable_next" in body) {
+        throw new ApiError(400, `unparsable_next imitates llama.cpp's chat parser: this sim runs the ${options.engine} profile`, { param: "unparsable_next" });
+      }
+      faults.update(body);
       return json(faults.snapshot());
     }
     if (path === "/sim/reset" && method === "POST") {

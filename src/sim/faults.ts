@@ -19,8 +19,10 @@
  *   its chat template's parser rejects: HTTP 500 "The model produced output that does not
  *   match the expected peg-native format" (common/chat.cpp common_chat_peg_parse, run by
  *   server-queue.cpp server_response_reader::next on the slot's final result; 4 of 150
- *   two-token chats on the project's random-weight model, 2 Dec 2026). Streamed, the real
- *   server parses leniently and ends the stream as usual: streams do not consume it.
+ *   two-token chats on the project's random-weight model, 2 Dec 2026). Chat only, not
+ *   streamed: the real server fails completions, messages and responses the same way, and,
+ *   when more text follows the broken character, ends a stream with that error as an event;
+ *   the sim imitates neither (docs/sim-engines.md).
  */
 import { ApiError } from "./_api-error.ts";
 import type { Clock } from "./clock.ts";

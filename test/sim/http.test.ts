@@ -433,5 +433,7 @@ describe("fault knobs", () => {
     expect((await faults(s, { fail_nxt: 1 })).status).toBe(400);
     expect((await faults(s, { fail_status: 200 })).status).toBe(400);
     expect((await faults(s, { stall_ms: -5 })).status).toBe(400);
+    // llama.cpp's parser fault, on a profile that is not llama.cpp's
+    expect((await faults(s, { unparsable_next: 1 })).status).toBe(400);
   });
 });

@@ -18,16 +18,18 @@ import { spawnProcess, type Proc } from "../helpers/proc.ts";
 export const DEFAULT_LLAMA_FLAGS: readonly string[] = ["-t", "1", "-c", "65536", "--parallel", "2", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
 
 /**
- * Sent with every chat request a test makes of llama-server: answer in lowercase words.
- * The tiny model's random weights now and then pick a token holding part of a UTF-8
- * character and then one that does not finish it; llama.cpp's chat output parser
+ * Sent with every generation request a test makes of llama-server (chat and completions:
+ * both answers go through the parser): answer in lowercase words. The tiny model's random
+ * weights now and then pick a token holding part of a UTF-8 character and then one that
+ * does not finish it; llama.cpp's output parser
  * (common/chat.cpp, common_chat_peg_parse) fails on that text and the server answers
  * 500 "The model produced output that does not match the expected peg-native format"
  * (its log shows the unparsed output starting F0 AC 9E, three bytes of a four-byte
  * character). Measured on 80fb11a, 150 two-token chats of the restart test's shape:
  * 4 such 500s without it, 0 of 300 with it; one-token answers (the probe's, the engine
  * tests') never trip it, 0 of 300. `grammar` is llama-server's own request field
- * (tools/server/server-common.cpp, oaicompat_chat_params_parse): it changes what is sampled,
+ * (tools/server/server-common.cpp oaicompat_chat_params_parse; server-schema.cpp for every
+ * endpoint): it changes what is sampled,
  * not the prompt, so nothing a test reads of the cache moves.
  */
 export const WORDS_ONLY = { grammar: "root ::= [a-z ]+" } as const;

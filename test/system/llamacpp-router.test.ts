@@ -198,8 +198,8 @@ describe("the bytes a client receives are the engine's", () => {
         ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a streamed chat, no stream_options" }], max_tokens: 4, stream: true, ...WORDS_ONLY }],
         ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a streamed chat with usage" }], max_tokens: 4, stream: true, stream_options: { include_usage: true }, ...WORDS_ONLY }],
         ["/v1/chat/completions", { model: "tiny", messages: [{ role: "user", content: "a whole chat" }], max_tokens: 4, ...WORDS_ONLY }],
-        ["/v1/completions", { model: "tiny", prompt: "a streamed completion", max_tokens: 4, stream: true }],
-        ["/v1/completions", { model: "tiny", prompt: "a whole completion", max_tokens: 4 }],
+        ["/v1/completions", { model: "tiny", prompt: "a streamed completion", max_tokens: 4, stream: true, ...WORDS_ONLY }],
+        ["/v1/completions", { model: "tiny", prompt: "a whole completion", max_tokens: 4, ...WORDS_ONLY }],
       ];
       const answered: string[] = [];
       for (const [path, body] of cases) {

@@ -16,6 +16,9 @@ import { startSim, type SimServer } from "../../src/sim/index.ts";
 import { killAll } from "../helpers/proc.ts";
 import { startLlamaReplica, WORDS_ONLY, type LlamaReplica } from "./_llamacpp.ts";
 
+/** Sized for a loaded box: the launcher alone may wait 120 s for the engine to be ready. */
+const TIMEOUT = 600_000;
+
 /** The sims the tests start (the llama-servers are the launcher's: killAll stops them). */
 const sims: SimServer[] = [];
 
@@ -69,7 +72,7 @@ describe("the llamacpp profile against a real llama-server", () => {
         expect(shape(pick(sc))).toEqual(shape(pick(rc)));
       }
     }
-    const [rcomp, scomp] = await both(async (u) => chunks(await post(u, "/v1/completions", { prompt: "once upon a time there", max_tokens: 2, stream: true })));
+    const [rcomp, scomp] = await both(async (u) => chunks(await post(u, "/v1/completions", { prompt: "once upon a time there", max_tokens: 2, stream: true, ...WORDS_ONLY })));
     expect(shape(scomp.at(-1))).toEqual(shape(rcomp.at(-1)));
 
     const [rm, sm] = await both(async (u) => (await fetch(`${u}/v1/models`)).json() as Promise<Json>);
@@ -107,7 +110,7 @@ describe("the llamacpp profile against a real llama-server", () => {
     expect(so.status).toBe(ro.status);
     expect(Object.keys(so.body.error)).toEqual(Object.keys(ro.body.error));
     expect(so.body.error.type).toBe(ro.body.error.type);
-  }, 120_000);
+  }, TIMEOUT);
 
   it("agrees on a unified KV that overflows: two prompts that fit alone but not together are failed with the same 500 body", async () => {
     // llama-server's default (no --parallel): 4 slots sharing one KV of 8,192 tokens.
@@ -136,5 +139,5 @@ describe("the llamacpp profile against a real llama-server", () => {
     expect(failed(s).length).toBeGreaterThanOrEqual(1);
     expect(failed(s)[0]!.body).toBe(failed(r)[0]!.body);
     expect(JSON.parse(failed(r)[0]!.body)).toEqual({ error: { code: 500, message: "Context size has been exceeded.", type: "server_error" } });
-  }, 120_000);
+  }, TIMEOUT);
 });
