@@ -425,8 +425,10 @@ describe("llmroute probe against llama.cpp", () => {
       expect({ code: off.code, out: off.stdout }).toMatchObject({ code: 1, out: expect.stringContaining("no cache effect") });
       const viaOn = await router([{ name: "gpu0", url: cached.url }]);
       const viaOff = await router([{ name: "gpu0", url: uncached.url }]);
-      expect((await runCli(["probe", "--via", viaOn.url, "--tokens", "2000", "--turns", "3"])).code).toBe(0);
-      expect((await runCli(["probe", "--via", viaOff.url, "--tokens", "2000", "--turns", "3"])).code).toBe(1);
+      const onVia = await runCli(["probe", "--via", viaOn.url, "--tokens", "2000", "--turns", "3"]);
+      expect({ code: onVia.code, out: onVia.stdout + onVia.stderr }).toMatchObject({ code: 0 });
+      const offVia = await runCli(["probe", "--via", viaOff.url, "--tokens", "2000", "--turns", "3"]);
+      expect({ code: offVia.code, out: offVia.stdout + offVia.stderr }).toMatchObject({ code: 1 });
       // Its context check reads the slot's context: a prompt larger than a slot is refused before it is sent.
       const big = await runCli(["probe", "--url", cached.url, "--tokens", "40000"]);
       expect(big.code).toBe(2);
