@@ -53,8 +53,9 @@ export class SlotQueue {
     return id;
   }
 
-  /** Its first byte arrived (a streamed answer: it holds a slot and decodes). */
-  firstByte(id: number, now: number): void {
+  /** Its first byte arrived (a streamed answer: it holds a slot and decodes). No handle: not followed. */
+  firstByte(id: number | undefined, now: number): void {
+    if (id === undefined) return;
     const f = this.flights.get(id);
     if (!f || f.firstByteAt !== undefined) return;
     f.firstByteAt = now;
@@ -63,7 +64,8 @@ export class SlotQueue {
   }
 
   /** It ended; `complete`: a whole streamed answer, whose time after the first byte is a sample. */
-  end(id: number, now: number, complete: boolean): void {
+  end(id: number | undefined, now: number, complete: boolean): void {
+    if (id === undefined) return;
     const f = this.flights.get(id);
     if (!f) return;
     this.flights.delete(id);

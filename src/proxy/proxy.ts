@@ -355,7 +355,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica.began(decided.committedAt);
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
-    const inSlot = replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now());
+    // Followed to its end only where requests wait for a slot (EngineProfile.servingSlots).
+    const inSlot = replica.profile?.servingSlots ? replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now()) : undefined;
     deps.cluster?.loadChanged();
     const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
       abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });

@@ -58,8 +58,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       // behind it, where the counter keeps the cards' backlogs even. (The rule's choice among a
       // document's several holders, made before, is by prefill alone; the pricing after it
       // then moves the request off a holder whose slots are taken for too long.)
-      let slotsPriced = false;
-      const estimate = (r: ReplicaView) => {
+      const estimate = (r: ReplicaView, slotWait = false) => {
         const newChars = missing(r);
         // Prefix KV worth keeping that this request would push out of a full card is
         // prefilled again later: priced now, so a prefix is not copied onto a card that has no
@@ -70,20 +69,20 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         // On an engine whose slots are all taken (llama.cpp's, Ollama's one) it first waits for
         // a slot — what is left of the generations ahead, which no prefill queue shows.
         const prefill = (prefillAhead(r, work) + work) / r.prefillRate;
-        return slotsPriced && r.slotWait ? Math.max(prefill, r.slotWait() + work / r.prefillRate) : prefill;
+        return slotWait && r.slotWait ? Math.max(prefill, r.slotWait() + work / r.prefillRate) : prefill;
       };
 
       const pick = rulePick(up, ctx, o, estimate, missing);
       // Priced over the turns to come, not this one: the one re-prefill is the point.
       if (pick.reason === "room") return pick;
-      slotsPriced = pick.reason === "cache";
+      const price = (r: ReplicaView) => estimate(r, pick.reason === "cache");
       const picked = up.find((r) => r.name === pick.replica)!;
-      const pickCost = estimate(picked);
+      const pickCost = price(picked);
 
       let best = picked;
       let bestCost = pickCost;
       for (const r of up) {
-        const cost = estimate(r);
+        const cost = price(r);
         if (cost < bestCost) {
           best = r;
           bestCost = cost;
