@@ -33,6 +33,7 @@ export default defineCommand({
             metricsPath: r.metrics ?? DEFAULT_METRICS_PATH,
             kvTokens: r.kv_tokens,
             ...(r.models[0] ? { model: r.models[0] } : {}),
+            health: { path: r.health_path ?? config.health.path, own: r.health_path !== undefined },
           },
           fetch,
           Math.max(config.health.timeout_ms, 10_000),

@@ -37,4 +37,7 @@ export const OLLAMA: EngineProfile = {
   servingSlots: () => 1,
   // server/routes.go: GET /api/version → {"version": "…"}.
   version: { path: "/api/version", read: (b) => stringField(b, "version") },
+  // server/routes.go GenerateRoutes has no /health (gin answers 404 "404 page not found");
+  // GET /api/version answers 200 as soon as the server listens, before any model is loaded.
+  healthPath: "/api/version",
 };

@@ -127,6 +127,11 @@ export interface EngineProfile {
   /** Endpoints that say the version: path and how to read it. */
   version?: { path: string; read(body: unknown): string | undefined };
   /**
+   * Where the engine answers a liveness check, when it has no `/health`: a replica without its
+   * own `health_path` whose `/health` answers 404 is checked here once the engine is recognised.
+   */
+  healthPath?: string;
+  /**
    * Is this error (an error body, or a stream's error event, parsed) the engine saying its KV
    * could not hold the request beside the ones running, before it produced anything? Another
    * replica, or this one later, can take it: the proxy fails over as for a 503, without

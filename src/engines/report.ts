@@ -14,6 +14,8 @@ export interface ReplicaTarget {
   kvTokens: number;
   /** The model to ask with (router.toml's first, else the first /v1/models lists). */
   model?: string;
+  /** Where the router checks its health: the replica's health_path (`own`), else health.path. */
+  health: { path: string; own: boolean };
 }
 
 export interface EngineReport {
@@ -23,6 +25,8 @@ export interface EngineReport {
   error?: string;
   facts?: EngineFacts;
   models?: string[];
+  /** Where its health will be checked, and how that path answered. */
+  health?: { path: string; detail: string };
   /** The cached-tokens question: asked, and what the answer showed. */
   cachedTokens?: { asked: boolean; field?: "usage" | "timings"; value?: number; detail: string };
   missing: MissingFact[];
@@ -63,6 +67,7 @@ export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeout
   const facts: EngineFacts = { ...found.facts };
   const models = found.cards?.map((c) => c.id);
   const report: EngineReport = { name: t.name, url: t.url, reachable: true, facts, ...(models ? { models } : {}), missing: [] };
+  report.health = await healthOf(fetchFn, t, facts, timeoutMs);
   const model = t.model ?? models?.[0];
   if (probe && model) {
     const prompt = probePrompt();
@@ -95,6 +100,26 @@ export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeout
   return report;
 }
 
+/** How the path the router will check answers; a 404 there is what `serve` answers for it too. */
+async function healthOf(fetchFn: FetchLike, t: ReplicaTarget, facts: EngineFacts, timeoutMs: number): Promise<EngineReport["health"]> {
+  const get = async (path: string) => {
+    try {
+      const res = await fetchFn(`${t.url}${path}`, { headers: t.headers, signal: AbortSignal.timeout(timeoutMs) });
+      await res.body?.cancel();
+      return `HTTP ${res.status}`;
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+  const answer = await get(t.health.path);
+  if (answer === "HTTP 200") return { path: t.health.path, detail: "HTTP 200" };
+  const own = facts.family ? profileOf(facts.family).healthPath : undefined;
+  if (answer === "HTTP 404" && !t.health.own && own && own !== t.health.path) {
+    return { path: own, detail: `${await get(own)} (${t.health.path} answered 404: ${profileOf(facts.family!).label} has none, so the router checks ${own})` };
+  }
+  return { path: t.health.path, detail: `${answer}: the router keeps this replica down until it answers 200 (health_path sets the path)` };
+}
+
 /** The report as lines a person reads. */
 export function renderEngineReport(r: EngineReport): string[] {
   const out = [`${r.name}  ${r.url}`];
@@ -103,6 +128,7 @@ export function renderEngineReport(r: EngineReport): string[] {
   const family = f.family ? `${profileOf(f.family).label}${f.version ? ` ${f.version}` : ""} (from ${f.familyFrom})` : "not recognised";
   out.push(`  engine     ${family}`);
   if (r.models) out.push(`  models     ${r.models.join(", ") || "(none listed)"}`);
+  if (r.health) out.push(`  health     ${r.health.path}: ${r.health.detail}`);
   const cap = f.capacity;
   const int = (n: number) => Math.round(n).toLocaleString("en-US");
   // llama.cpp's /props shows each slot's n_ctx: the slots share one pool of it when the KV is

@@ -107,6 +107,8 @@ export class Replica {
   facts?: EngineFacts;
   /** Discover the engine again at the next passing check. */
   rediscover = true;
+  /** The engine's own liveness path, learnt when the configured one answered 404 (Ollama's /api/version). */
+  healthPath?: string;
   /** What identifies the engine's process (start-time metric or header): a change is a restart. */
   startToken?: string;
   /** The engine's cache counters at the last scrape (a window's delta is read from two). */
@@ -546,21 +548,38 @@ export class Fleet {
     this.options.log.warn("replica down", { replica: replica.name, reason });
   }
 
+  /** Where `replica`'s health is checked: its own health_path, else the engine's (learnt), else health.path. */
+  healthPathOf(replica: Replica): string {
+    return replica.config.health_path ?? replica.healthPath ?? this.options.healthPath;
+  }
+
   /** Check every replica (or only those currently down) once, in parallel. */
   async checkAll(onlyDown = false): Promise<void> {
     await Promise.all(this.replicas.filter((r) => !onlyDown || r.state === "down").map((r) => this.check(r)));
   }
 
   async check(replica: Replica): Promise<void> {
-    const { healthPath, healthTimeoutMs } = this.options;
+    const { healthTimeoutMs } = this.options;
+    const path = this.healthPathOf(replica);
     let failure: string | undefined;
     let refused = false;
     try {
-      const res = await this.fetch(`${replica.config.url}${replica.config.health_path ?? healthPath}`, {
+      const res = await this.fetch(`${replica.config.url}${path}`, {
         headers: authHeaders(replica.config),
         signal: AbortSignal.timeout(healthTimeoutMs),
       });
       await res.body?.cancel();
+      if (res.status === 404 && replica.config.health_path === undefined && replica.healthPath === undefined) {
+        // No such route, so no verdict on the engine: one without /health (Ollama) has its own
+        // liveness endpoint, checked from now on once the engine says what it is.
+        if (replica.rediscover) await this.discover(replica);
+        const own = replica.profile?.healthPath;
+        if (own && own !== path) {
+          replica.healthPath = own;
+          this.options.log.info("health checked where the engine answers", { replica: replica.name, family: replica.facts?.family, path: own, reason: `${path} answered 404` });
+          return this.check(replica);
+        }
+      }
       if (res.status !== 200) failure = `health check: HTTP ${res.status}`;
     } catch (error) {
       const reason = describeFetchError(error);

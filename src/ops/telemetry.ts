@@ -186,6 +186,7 @@ export class Telemetry {
         url: r.config.url,
         healthy: r.healthy,
         state: r.state,
+        health_path: fleet.healthPathOf(r),
         consecutive_failures: r.consecutiveFailures,
         timeouts: { ...r.timeouts },
         cache_losses: r.cacheLosses,
@@ -307,6 +308,8 @@ export interface ReplicaStatus {
   url: string;
   healthy: boolean;
   state: "up" | "half-open" | "down";
+  /** Where its health is checked: its health_path, the engine's own (learnt), or health.path. */
+  health_path: string;
   consecutive_failures: number;
   timeouts: { connect: number; first_byte: number; stream_idle: number };
   cache_losses: number;

@@ -22,6 +22,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     url: `http://${name}:8000`,
     healthy: true,
     state: "up",
+    health_path: "/health",
     consecutive_failures: 0,
     timeouts: { connect: 0, first_byte: 0, stream_idle: 0 },
     cache_losses: 0,

@@ -12,7 +12,8 @@ import { parsePrometheus } from "../../src/engines/metrics.ts";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { logRecords, startRouterInProcess, startSimInProcess, until, WATCHED_HEALTH, type LocalSim, type Router } from "../helpers/fleet.ts";
 import { conversation } from "../helpers/conversation.ts";
-import { killAll } from "../helpers/proc.ts";
+import { killAll, stopAtEnd } from "../helpers/proc.ts";
+import { startRecorder } from "../helpers/recorder.ts";
 
 // Each test starts its own fleet and they run concurrently (mostly waiting on health
 // checks), so everything is stopped once, at the end.
@@ -106,6 +107,39 @@ describe.concurrent("panic mode", () => {
     expect((await metric(router, "llmroute_panic_routes_total"))[0]!.value).toBe(4);
     expect((await status(router)).panic).toBe(true);
     expect(logRecords(router).filter((r) => String(r.msg).startsWith("panic mode:"))).toHaveLength(1);
+  });
+});
+
+describe.concurrent("an engine without /health", () => {
+  it("Ollama with nothing set: its /health is a 404, so once it says it is Ollama it is checked at /api/version, up from the start and serving", async () => {
+    const [ollama, vllm] = await Promise.all([startSimInProcess("ollama0", { engine: "ollama" }), startSimInProcess("vllm0")]);
+    const seen = startRecorder(ollama.url);
+    stopAtEnd(() => seen.stop());
+    const router = await startRouterInProcess([{ name: "ollama0", url: seen.url }, vllm], { toml: WATCHED_HEALTH });
+    expect(logRecords(router, "replica down")).toEqual([]);
+    const learnt = logRecords(router, "health checked where the engine answers");
+    expect(learnt.map((r) => [r.replica, r.family, r.path, r.reason])).toEqual([["ollama0", "ollama", "/api/version", "/health answered 404"]]);
+    // The checks that follow ask /api/version, and pass: /health was asked once.
+    await until(() => seen.to("/api/version").length >= 4, "three more checks of ollama0");
+    expect(seen.to("/health").map((e) => e.status)).toEqual([404]);
+    expect((await status(router)).replicas.map((r) => [r.name, r.state, r.health_path])).toEqual([
+      ["ollama0", "up", "/api/version"],
+      ["vllm0", "up", "/health"],
+    ]);
+    const served = new Set<string>();
+    const client = router.client();
+    for (let i = 0; i < 4; i++) {
+      const { response } = await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: `spread ${i} ${crypto.randomUUID()}` }], max_tokens: 1 }).withResponse();
+      served.add(response.headers.get("x-llmroute-replica")!);
+    }
+    expect([...served].sort()).toEqual(["ollama0", "vllm0"]);
+  });
+
+  it("a health_path the operator set is kept even when it answers 404: the replica is down and says why", async () => {
+    const ollama = await startSimInProcess("ollama1", { engine: "ollama" });
+    const router = await startRouterInProcess([{ ...ollama, extra: `health_path = "/health"\n` }]);
+    expect(logRecords(router, "replica down").map((r) => [r.replica, r.reason])).toEqual([["ollama1", "health check: HTTP 404"]]);
+    expect(logRecords(router, "health checked where the engine answers")).toEqual([]);
   });
 });
 
