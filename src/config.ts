@@ -39,7 +39,7 @@ export interface ReplicaConfig {
    * counters, capacity, restarts); false = never scraped. Default "/metrics".
    */
   metrics?: string | false;
-  /** Overrides health.path for this replica (Ollama has no /health: use "/api/version"). */
+  /** Overrides health.path for this replica, whatever it answers (unset, a 404 there is checked where the engine answers: Ollama's /api/version). */
   health_path?: string;
 }
 

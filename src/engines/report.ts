@@ -117,7 +117,8 @@ async function healthOf(fetchFn: FetchLike, t: ReplicaTarget, facts: EngineFacts
   if (answer === "HTTP 404" && !t.health.own && own && own !== t.health.path) {
     return { path: own, detail: `${await get(own)} (${t.health.path} answered 404: ${profileOf(facts.family!).label} has none, so the router checks ${own})` };
   }
-  return { path: t.health.path, detail: `${answer}: the router keeps this replica down until it answers 200 (health_path sets the path)` };
+  const fix = answer === "HTTP 404" ? " (health_path sets the path)" : "";
+  return { path: t.health.path, detail: `${answer}: the router keeps this replica down until it answers 200${fix}` };
 }
 
 /** The report as lines a person reads. */

@@ -553,12 +553,39 @@ export class Fleet {
     return replica.config.health_path ?? replica.healthPath ?? this.options.healthPath;
   }
 
+  /**
+   * `tried` answered 404 and the replica has no health_path of its own: ask the engine what it
+   * is (again: another may have replaced it behind the URL) and check it where its family
+   * answers (Ollama: /api/version), or at health.path when its family has no path of its own.
+   * True when there is another path to check now.
+   */
+  private async learnHealthPath(replica: Replica, tried: string): Promise<boolean> {
+    // Checks of one replica may overlap (the interval's, a down replica's re-check, a reload's).
+    if (this.healthPathOf(replica) !== tried) return true;
+    await this.discover(replica);
+    if (this.healthPathOf(replica) !== tried) return true;
+    const own = replica.profile?.healthPath;
+    if (own === replica.healthPath) {
+      // Nothing new: a failure; the engine is asked again at its first passing check.
+      replica.rediscover = true;
+      return false;
+    }
+    replica.healthPath = own;
+    this.options.log.info("health checked where the engine answers", {
+      replica: replica.name,
+      family: replica.facts?.family ?? "unknown",
+      path: this.healthPathOf(replica),
+      reason: `${tried} answered 404`,
+    });
+    return true;
+  }
+
   /** Check every replica (or only those currently down) once, in parallel. */
   async checkAll(onlyDown = false): Promise<void> {
     await Promise.all(this.replicas.filter((r) => !onlyDown || r.state === "down").map((r) => this.check(r)));
   }
 
-  async check(replica: Replica): Promise<void> {
+  async check(replica: Replica, learn = true): Promise<void> {
     const { healthTimeoutMs } = this.options;
     const path = this.healthPathOf(replica);
     let failure: string | undefined;
@@ -569,18 +596,9 @@ export class Fleet {
         signal: AbortSignal.timeout(healthTimeoutMs),
       });
       await res.body?.cancel();
-      if (res.status === 404 && replica.config.health_path === undefined && replica.healthPath === undefined) {
-        // No such route, so no verdict on the engine: one without /health (Ollama) has its own
-        // liveness endpoint, checked from now on once the engine says what it is.
-        if (replica.rediscover) await this.discover(replica);
-        const own = replica.profile?.healthPath;
-        if (own && own !== path) {
-          replica.healthPath = own;
-          this.options.log.info("health checked where the engine answers", { replica: replica.name, family: replica.facts?.family, path: own, reason: `${path} answered 404` });
-          return this.check(replica);
-        }
-      }
-      if (res.status !== 200) failure = `health check: HTTP ${res.status}`;
+      // No such route: no verdict before the engine says what it is (once, no loop).
+      if (res.status === 404 && learn && replica.config.health_path === undefined && (await this.learnHealthPath(replica, path))) return this.check(replica, false);
+      if (res.status !== 200) failure = `health check: HTTP ${res.status} at ${path}`;
     } catch (error) {
       const reason = describeFetchError(error);
       refused = reason === "connection refused";

@@ -93,8 +93,8 @@ describe.concurrent("panic mode", () => {
     ]);
     const startup = logRecords(router, "replica down");
     expect(startup.map((r) => [r.level, r.replica, r.reason]).sort()).toEqual([
-      ["warn", "gpu0", "health check: HTTP 404"],
-      ["warn", "gpu1", "health check: HTTP 404"],
+      ["warn", "gpu0", "health check: HTTP 404 at /nope"],
+      ["warn", "gpu1", "health check: HTTP 404 at /nope"],
     ]);
     const client = router.client();
     const served = new Set<string>();
@@ -119,8 +119,9 @@ describe.concurrent("an engine without /health", () => {
     expect(logRecords(router, "replica down")).toEqual([]);
     const learnt = logRecords(router, "health checked where the engine answers");
     expect(learnt.map((r) => [r.replica, r.family, r.path, r.reason])).toEqual([["ollama0", "ollama", "/api/version", "/health answered 404"]]);
-    // The checks that follow ask /api/version, and pass: /health was asked once.
-    await until(() => seen.to("/api/version").length >= 4, "three more checks of ollama0");
+    // The checks that follow ask /api/version, and pass: /health was asked once (discovery
+    // asked /api/version once too).
+    await until(() => seen.to("/api/version").length >= 4, "three checks of ollama0 after it was recognised");
     expect(seen.to("/health").map((e) => e.status)).toEqual([404]);
     expect((await status(router)).replicas.map((r) => [r.name, r.state, r.health_path])).toEqual([
       ["ollama0", "up", "/api/version"],
@@ -135,10 +136,43 @@ describe.concurrent("an engine without /health", () => {
     expect([...served].sort()).toEqual(["ollama0", "vllm0"]);
   });
 
+  it("the engine behind the URL changes: a gateway's 404 until Ollama is there, then vLLM in its place — each checked where it answers, none left down", async () => {
+    const [ollama, vllm] = await Promise.all([startSimInProcess("ollama2", { engine: "ollama" }), startSimInProcess("vllm2")]);
+    // A gateway that answers gin's 404 to everything until its backend is there (as one that
+    // hides a container until it is healthy does), then forwards to whichever engine is set.
+    let backend: string | undefined;
+    const gateway = Bun.serve({
+      port: 0,
+      hostname: "127.0.0.1",
+      fetch: async (req) => {
+        if (!backend) return new Response("404 page not found", { status: 404 });
+        const url = new URL(req.url);
+        return fetch(`${backend}${url.pathname}${url.search}`, { method: req.method, headers: req.headers, body: req.method === "GET" ? undefined : await req.arrayBuffer() });
+      },
+    });
+    stopAtEnd(async () => void gateway.stop(true));
+    const router = await startRouterInProcess([{ name: "gw", url: `http://127.0.0.1:${gateway.port}` }], { toml: WATCHED_HEALTH });
+    expect(logRecords(router, "replica down").map((r) => r.reason)).toEqual(["health check: HTTP 404 at /health"]);
+
+    backend = ollama.url;
+    await until(async () => (await replicaStatus(router, "gw")).state === "up", "gw up once Ollama answers behind it");
+    expect(await replicaStatus(router, "gw")).toMatchObject({ health_path: "/api/version", facts: { family: "ollama" } });
+
+    backend = vllm.url;
+    await until(async () => (await replicaStatus(router, "gw")).facts?.family === "vllm", "gw recognised as vLLM");
+    expect(await replicaStatus(router, "gw")).toMatchObject({ state: "up", health_path: "/health" });
+    expect(logRecords(router, "health checked where the engine answers").map((r) => [r.family, r.path, r.reason])).toEqual([
+      ["ollama", "/api/version", "/health answered 404"],
+      ["vllm", "/health", "/api/version answered 404"],
+    ]);
+    // One down episode: the gateway's, before any engine was there.
+    expect(logRecords(router, "replica down")).toHaveLength(1);
+  });
+
   it("a health_path the operator set is kept even when it answers 404: the replica is down and says why", async () => {
     const ollama = await startSimInProcess("ollama1", { engine: "ollama" });
     const router = await startRouterInProcess([{ ...ollama, extra: `health_path = "/health"\n` }]);
-    expect(logRecords(router, "replica down").map((r) => [r.replica, r.reason])).toEqual([["ollama1", "health check: HTTP 404"]]);
+    expect(logRecords(router, "replica down").map((r) => [r.replica, r.reason])).toEqual([["ollama1", "health check: HTTP 404 at /health"]]);
     expect(logRecords(router, "health checked where the engine answers")).toEqual([]);
   });
 });
