@@ -5,6 +5,8 @@
  * `openai` client. What llama.cpp really does decides here, not the simulator:
  *
  * - the engine is recognised and read as llama.cpp (counters, slots, restart header, prefill rate);
+ * - `llmroute check --probe` says the same, where health is checked, that a repeated prompt is
+ *   cached, and which flag adds what is missing;
  * - an agent loop pins, and the engine reports the hits; a shared-document workload hits
  *   near its ceiling; the router's delivered count matches the engine's own counter;
  * - a client gets exactly the bytes the engine sent (nothing added, nothing stripped);
@@ -29,7 +31,7 @@ import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouter, type RouterServer } from "../../src/proxy/server.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { startRecorder, type Recorder } from "../helpers/recorder.ts";
-import { startLlamaReplica, startLlamaReplicas, WORDS_ONLY } from "./_llamacpp.ts";
+import { DEFAULT_LLAMA_FLAGS, startLlamaReplica, startLlamaReplicas, WORDS_ONLY } from "./_llamacpp.ts";
 
 const TIMEOUT = 600_000;
 
@@ -83,6 +85,43 @@ describe("what the router reads from llama.cpp", () => {
       expect(answer.model).toBe("tiny");
       // llamacpp:n_tokens_max is the largest sequence seen, never taken for a capacity
       expect(s.replicas[0]!.kv.published).toEqual({ tokens: 65536, from: "/props" });
+    },
+    TIMEOUT,
+  );
+});
+
+describe("llmroute check --probe against llama-server", () => {
+  it(
+    "one replica with --metrics, one without: each recognised, checked at /health, its cache seen in a repeated prompt; the one without metrics is told the flag",
+    async () => {
+      const withMetrics = await startLlamaReplica({ name: "probe-m" });
+      const without = await startLlamaReplica({ name: "probe-n", flags: DEFAULT_LLAMA_FLAGS.filter((f) => f !== "--metrics") });
+      const dir = mkdtempSync(join(tmpdir(), "llmroute-check-probe-"));
+      dirs.push(dir);
+      writeFileSync(join(dir, "router.toml"), `[[replica]]\nname = "m"\nurl = "${withMetrics.url}"\n\n[[replica]]\nname = "n"\nurl = "${without.url}"\n`);
+      const { code, stdout, stderr } = await runCli(["check", "--probe", "--config", join(dir, "router.toml")]);
+      expect({ code, stderr: stderr.includes("asking 2 replica(s)") }).toEqual({ code: 0, stderr: true });
+      // A replica's block: its name line and the indented lines under it.
+      const block = (name: string) => {
+        const all = stdout.split("\n");
+        const from = all.findIndex((l) => l.startsWith(`${name}  http`));
+        const rest = all.slice(from + 1);
+        const end = rest.findIndex((l) => !l.startsWith("  "));
+        return (end < 0 ? rest : rest.slice(0, end)).join("\n");
+      };
+      expect(block("m")).toMatch(/^ {2}engine {5}llama\.cpp b\d+-[0-9a-f]{7}\S* \(from \/metrics \(llamacpp:\*\)\)$/m);
+      expect(block("n")).toMatch(/^ {2}engine {5}llama\.cpp b\d+-[0-9a-f]{7}\S* \(from \/v1\/models owned_by "llamacpp"\)$/m);
+      for (const name of ["m", "n"]) {
+        const lines = block(name);
+        expect(lines).toContain("  health     /health: HTTP 200");
+        expect(lines).toContain("  KV         65,536 tokens (/props), 2 slots of 32,768");
+        // The second of two identical prompts finds all of it cached but the last token.
+        expect(lines).toMatch(/^ {2}cached {5}usage\.prompt_tokens_details\.cached_tokens = \d+ on a repeated \d+-token prompt$/m);
+        const [, cached, prompt] = /cached_tokens = (\d+) on a repeated (\d+)-token prompt/.exec(lines)!;
+        expect({ name, cached: Number(cached) }).toEqual({ name, cached: Number(prompt) - 1 });
+      }
+      expect(block("m")).not.toContain("no engine metrics");
+      expect(block("n")).toContain("→ start llama.cpp with --metrics");
     },
     TIMEOUT,
   );
