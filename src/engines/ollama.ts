@@ -40,4 +40,18 @@ export const OLLAMA: EngineProfile = {
   // server/routes.go GenerateRoutes has no /health (gin answers 404 "404 page not found");
   // GET /api/version answers 200 as soon as the server listens, before any model is loaded.
   healthPath: "/api/version",
+  // server/sched.go GetRunner: a request that must wait for a model (re)load goes through the
+  // scheduler's queue (OLLAMA_MAX_QUEUE, 512 by default: envconfig/config.go MaxQueue); full,
+  // it gets ErrMaxQueue, which server/routes.go handleScheduleError answers 503, on the OpenAI
+  // routes as {"error":{"message":"server busy, please try again.  maximum pending requests
+  // exceeded","type":"api_error",…}} (middleware/openai.go BaseWriter.writeError → openai/openai.go NewError).
+  busy: (error) => openAiErrorMessage(error)?.startsWith("server busy, please try again.") ?? false,
 };
+
+/** `error.message` of an OpenAI error body, or the native API's `{"error": "…"}`. */
+function openAiErrorMessage(body: unknown): string | undefined {
+  const error = body && typeof body === "object" ? (body as { error?: unknown }).error : undefined;
+  if (typeof error === "string") return error;
+  const message = error && typeof error === "object" ? (error as { message?: unknown }).message : undefined;
+  return typeof message === "string" ? message : undefined;
+}

@@ -144,6 +144,12 @@ export interface EngineProfile {
    * that sends it again finds it cached on that replica.
    */
   keptPrompt?(error: unknown): boolean;
+  /**
+   * Is this 503 body (parsed) the engine turning the request away for load — its queue is
+   * full — before computing anything? Another replica can take it, and it is no verdict on
+   * the replica's health.
+   */
+  busy?(error: unknown): boolean;
 }
 
 /** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */

@@ -68,10 +68,11 @@ export type HealthState = "up" | "half-open" | "down";
 export interface Failure {
   /**
    * refused: nothing listens (demote at once); full: the engine's KV could not hold the
-   * request beside those running (llama.cpp's unified KV), a verdict on its load, not its
-   * health (never counted); the others count towards `health.failures`.
+   * request beside those running (llama.cpp's unified KV), and busy: its queue is full
+   * (Ollama's scheduler) — verdicts on its load, not its health (never counted); the others
+   * count towards `health.failures`.
    */
-  kind: "refused" | "status" | "timeout" | "network" | "full";
+  kind: "refused" | "status" | "timeout" | "network" | "full" | "busy";
   reason: string;
   /** Which deadline fired, for a timeout. */
   timer?: TimerKind;
@@ -97,6 +98,8 @@ export class Replica {
   errors = 0;
   /** Requests its engine turned away because its KV was full (failed over; not a health failure). */
   kvFull = 0;
+  /** Requests its engine turned away because its queue was full (failed over; not a health failure). */
+  busy = 0;
   /** Deadlines that fired, by kind. */
   timeouts: Record<TimerKind, number> = { connect: 0, first_byte: 0, stream_idle: 0 };
   /** Times its cache was declared lost (a restart). */
@@ -513,6 +516,11 @@ export class Fleet {
     if (failure.kind === "full") {
       // It answered, and coherently: its KV was busy with other requests. No verdict on health.
       replica.kvFull++;
+      this.released(replica);
+      return;
+    }
+    if (failure.kind === "busy") {
+      replica.busy++;
       this.released(replica);
       return;
     }

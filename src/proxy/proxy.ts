@@ -273,9 +273,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
       }
       if (result.kind === "cut") break;
       const { failure } = result;
-      // Refused, or answered 502/503/504, or never connected: it computed none of the prompt.
-      // Full: the engine cleared what it had computed of it (server-context.cpp prompt_clear).
-      if (failure.kind === "refused" || failure.kind === "status" || failure.kind === "full" || failure.timer === "connect") retract?.();
+      // Refused, or answered 502/503/504 (busy included), or never connected: it computed none
+      // of the prompt. Full: the engine cleared what it had computed of it (server-context.cpp
+      // prompt_clear).
+      if (failure.kind === "refused" || failure.kind === "status" || failure.kind === "busy" || failure.kind === "full" || failure.timer === "connect") retract?.();
       if (failure.timer) replica.timeouts[failure.timer]++;
       allTimedOut &&= failure.kind === "timeout";
       fleet.failed(replica, failure);
@@ -414,9 +415,16 @@ export function createProxy(deps: ProxyDeps): Proxy {
     headersIn = true;
     clearTimeout(probeTimer);
     if (RETRYABLE_STATUS.has(res.status)) {
-      await res.body?.cancel().catch(() => {});
+      // A 503 may be the engine's queue turning the request away (Ollama's scheduler): busy,
+      // not dead. Its body is read only when the engine is one that says so, and is small.
+      const busyTest = res.status === 503 ? replica.profile?.busy : undefined;
+      const body = busyTest ? await smallBody(res) : undefined;
+      if (!body) await res.body?.cancel().catch(() => {});
       clearDeadlines();
-      stop ??= { kind: "failure", failure: { kind: "status", reason: `HTTP ${res.status}` } };
+      const failure: Failure = errorSays(busyTest, res.status, false, body)
+        ? { kind: "busy", reason: "its queue is full (HTTP 503 \"server busy\")" }
+        : { kind: "status", reason: `HTTP ${res.status}` };
+      stop ??= { kind: "failure", failure };
       return fail();
     }
 
@@ -642,6 +650,17 @@ function errorSays(test: ((error: unknown) => boolean) | undefined, status: numb
     return test(JSON.parse(json));
   } catch {
     return false;
+  }
+}
+
+/** The body of a response that says it is small (an error object), else undefined. */
+async function smallBody(res: Response): Promise<Uint8Array | undefined> {
+  const declared = Number(res.headers.get("content-length") ?? Number.NaN);
+  if (!(declared >= 0 && declared <= 4096)) return undefined;
+  try {
+    return await res.bytes();
+  } catch {
+    return undefined;
   }
 }
 

@@ -85,6 +85,9 @@ const CUT_FLUSH_MS = 20;
 
 /** A unified KV that overflowed under the running requests fails each (slots.ts ensureRoom; llama.cpp server-context.cpp update_slots). */
 const kvOverflow = () => new ApiError(500, "Context size has been exceeded.");
+/** Ollama's full scheduler queue (faults.ts queue_full_next; server/sched.go ErrMaxQueue). */
+const OLLAMA_QUEUE_FULL = "server busy, please try again.  maximum pending requests exceeded";
+
 /** Output llama.cpp's chat parser rejected (faults.ts unparsable_next; common/chat.cpp common_chat_peg_parse). */
 const unparsable = () => new ApiError(500, "The model produced output that does not match the expected peg-native format");
 
@@ -283,6 +286,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (failStatus !== undefined) {
       return refuse(new ApiError(failStatus, `sim ${options.name}: injected failure (fail_next)`), "faulted_total");
     }
+    if (profile.family === "ollama" && faults.takeQueueFull()) return refuse(new ApiError(503, OLLAMA_QUEUE_FULL), "faulted_total");
     const { parsed } = prepared;
     const started = clock.now();
     const ctx: FormatContext = {
@@ -482,9 +486,12 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (path === "/sim/faults" && method === "GET") return json(faults.snapshot());
     if (path === "/sim/faults" && method === "POST") {
       const body = await readJson(request);
-      // An engine fault of llama.cpp's: another profile would take it and never use it.
+      // An engine's own fault: another profile would take it and never use it.
       if (profile.family !== "llamacpp" && isRecord(body) && "unparsable_next" in body) {
         throw new ApiError(400, `unparsable_next imitates llama.cpp's chat parser: this sim runs the ${options.engine} profile`, { param: "unparsable_next" });
+      }
+      if (profile.family !== "ollama" && isRecord(body) && "queue_full_next" in body) {
+        throw new ApiError(400, `queue_full_next imitates Ollama's scheduler queue: this sim runs the ${options.engine} profile`, { param: "queue_full_next" });
       }
       faults.update(body);
       return json(faults.snapshot());

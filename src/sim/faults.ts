@@ -23,6 +23,11 @@
  *   streamed: the real server fails completions, messages and responses the same way, and,
  *   when more text follows the broken character, ends a stream with that error as an event;
  *   the sim imitates neither (docs/sim-engines.md).
+ * - `queue_full_next: N` — ollama profile: the next N generation requests are turned away as
+ *   Ollama turns them away when its scheduler queue is full (`OLLAMA_MAX_QUEUE`, 512): HTTP 503
+ *   "server busy, please try again.  maximum pending requests exceeded", nothing computed
+ *   (server/sched.go `ErrMaxQueue`, server/routes.go `handleScheduleError`; on the OpenAI
+ *   routes middleware/openai.go `BaseWriter.writeError` → openai/openai.go `NewError`).
  */
 import { ApiError } from "./_api-error.ts";
 import type { Clock } from "./clock.ts";
@@ -39,6 +44,7 @@ export class Faults {
   closeAfterChunks: number;
   closeNext: number;
   unparsableNext = 0;
+  queueFullNext = 0;
   readyAtMs: number;
   private readonly stalled = new Set<() => void>();
 
@@ -91,6 +97,13 @@ export class Faults {
     return this.closeAfterChunks;
   }
 
+  /** Whether Ollama's scheduler queue turns this request away (consuming one `queue_full_next`). */
+  takeQueueFull(): boolean {
+    if (this.queueFullNext <= 0) return false;
+    this.queueFullNext--;
+    return true;
+  }
+
   /** Whether this answer's output is one llama.cpp's chat parser rejects (consuming one `unparsable_next`). */
   takeUnparsable(): boolean {
     if (this.unparsableNext <= 0) return false;
@@ -101,7 +114,7 @@ export class Faults {
   /** Apply a POST /sim/faults body. Throws ApiError 400 naming the bad field. */
   update(body: unknown): void {
     if (!isRecord(body)) throw new ApiError(400, "/sim/faults takes a JSON object");
-    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms", "unparsable_next"];
+    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms", "unparsable_next", "queue_full_next"];
     for (const key of Object.keys(body)) {
       if (!known.includes(key)) throw new ApiError(400, `unknown fault ${JSON.stringify(key)}; known: ${known.join(", ")}`, { param: key });
     }
@@ -122,6 +135,7 @@ export class Faults {
     const closeNext = int("close_next", -1);
     const startupDelay = int("startup_delay_ms", 0);
     const unparsable = int("unparsable_next", 0);
+    const queueFull = int("queue_full_next", 0);
     if (failStatus !== undefined) this.failStatus = failStatus;
     if (failNext !== undefined) this.failNext = failNext;
     if (stallMs !== undefined) {
@@ -135,6 +149,7 @@ export class Faults {
     } else if (closeNext !== undefined) this.closeNext = closeNext;
     if (startupDelay !== undefined) this.readyAtMs = this.clock.now() + startupDelay;
     if (unparsable !== undefined) this.unparsableNext = unparsable;
+    if (queueFull !== undefined) this.queueFullNext = queueFull;
   }
 
   /** Back to no faults at all (start-up delay included). */
@@ -146,6 +161,7 @@ export class Faults {
     this.closeAfterChunks = -1;
     this.closeNext = 1;
     this.unparsableNext = 0;
+    this.queueFullNext = 0;
     this.readyAtMs = this.clock.now();
     this.releaseStalled();
   }
@@ -159,6 +175,7 @@ export class Faults {
       close_after_chunks: this.closeAfterChunks,
       close_next: this.closeNext,
       unparsable_next: this.unparsableNext,
+      queue_full_next: this.queueFullNext,
       loading_ms_left: Math.max(0, Math.ceil(this.readyAtMs - this.clock.now())),
     };
   }

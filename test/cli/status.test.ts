@@ -31,6 +31,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     served: 10,
     failovers: 0,
     kv_full: 0,
+    busy: 0,
     models: ["m"],
     conversations: 2,
     index_entries: 20,

@@ -103,6 +103,34 @@ describe("an answer llama.cpp's chat parser rejects", () => {
   });
 });
 
+describe("an Ollama whose scheduler queue is full", () => {
+  it("503 'server busy': the request fails over, and however many follow, the card is not demoted (busy is no death)", async () => {
+    const ollama = { engine: "ollama" } as const;
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", ollama), startSimInProcess("gpu1", ollama)]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
+    // More turned away in a row than health.failures (3): a 503 of another kind would demote it.
+    await gpu0.faults({ queue_full_next: 4 });
+    // Until gpu0 has turned 4 away and then served one itself (the spread sends it one in two).
+    const answers: [number, string | null, string | null][] = [];
+    while (answers.length < 40 && !answers.some(([, replica, route]) => replica === "gpu0" && route === "spread" && answers.filter(([, , r]) => String(r).endsWith(",failover")).length === 4)) {
+      const { response } = await router.client().chat.completions.create({ ...ask(`busy ${answers.length} ${crypto.randomUUID()}`) }).withResponse();
+      answers.push([response.status, response.headers.get("x-llmroute-replica"), response.headers.get("x-llmroute-route")]);
+    }
+    expect(answers.at(-1)).toEqual([200, "gpu0", "spread"]);
+    const failedOver = answers.filter(([, , route]) => String(route).endsWith(",failover"));
+    expect(failedOver).toHaveLength(4);
+    expect(failedOver.every(([status, replica]) => status === 200 && replica === "gpu1")).toBe(true);
+    expect(logRecords(router, "failover").map((r) => [r.replica, r.reason])).toEqual(Array(4).fill(["gpu0", 'its queue is full (HTTP 503 "server busy")']));
+    expect(logRecords(router, "replica down")).toHaveLength(0);
+    const replicas = ((await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; busy: number; consecutive_failures: number }[] }).replicas;
+    expect(replicas.map((r) => [r.name, r.state, r.busy, r.consecutive_failures])).toEqual([
+      ["gpu0", "up", 4, 0],
+      ["gpu1", "up", 0, 0],
+    ]);
+    expect(await (await fetch(`${router.url}/metrics`)).text()).toContain('llmroute_engine_busy_total{replica="gpu0"} 4');
+  });
+});
+
 describe("a llama.cpp card whose KV is full", () => {
   it("turns concurrent requests away ('Context size has been exceeded.'): they fail over, the card stays up, then takes them one at a time", async () => {
     // Two llama-servers at their default: 4 slots sharing one KV of 4,096 tokens, which two

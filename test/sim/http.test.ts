@@ -428,12 +428,27 @@ describe("fault knobs", () => {
     expect(again.usage.prompt_tokens_details.cached_tokens).toBe(again.usage.prompt_tokens - 1);
   });
 
+  it("queue_full_next (ollama): the next request gets Ollama's 503 for a full scheduler queue, nothing computed; the one after is served", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama" });
+    await faults(s, { queue_full_next: 1 });
+    const body = JSON.stringify({ model: "sim-model", messages: [{ role: "user", content: words(300, "queue-full") }], max_tokens: 2 });
+    const chat = () => fetch(`${s.url}/v1/chat/completions`, { method: "POST", body });
+    const busy = await chat();
+    expect(busy.status).toBe(503);
+    expect(await busy.json()).toEqual({ error: { message: "server busy, please try again.  maximum pending requests exceeded", type: "api_error", param: null, code: null } });
+    const served = await chat();
+    expect(served.status).toBe(200);
+    // Nothing of the first was computed: the second finds nothing cached.
+    expect(Number(/cached=(\d+)/.exec(served.headers.get("x-sim-prefix")!)![1])).toBe(0);
+  });
+
   it("rejects unknown or malformed fault settings with 400", async () => {
     const s = await sim(SMALL);
     expect((await faults(s, { fail_nxt: 1 })).status).toBe(400);
     expect((await faults(s, { fail_status: 200 })).status).toBe(400);
     expect((await faults(s, { stall_ms: -5 })).status).toBe(400);
-    // llama.cpp's parser fault, on a profile that is not llama.cpp's
+    // llama.cpp's parser fault and Ollama's queue, on a profile that is neither
     expect((await faults(s, { unparsable_next: 1 })).status).toBe(400);
+    expect((await faults(s, { queue_full_next: 1 })).status).toBe(400);
   });
 });
