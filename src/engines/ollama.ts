@@ -40,7 +40,7 @@ export const OLLAMA: EngineProfile = {
   // server/routes.go GenerateRoutes has no /health (gin answers 404 "404 page not found");
   // GET /api/version answers 200 as soon as the server listens, before any model is loaded.
   healthPath: "/api/version",
-  // server/sched.go GetRunner: a request that must wait for a model (re)load goes through the
+  // server/sched.go Scheduler.getRunner: a request that must wait for a model (re)load goes through the
   // scheduler's queue (OLLAMA_MAX_QUEUE, 512 by default: envconfig/config.go MaxQueue); full,
   // it gets ErrMaxQueue, which server/routes.go handleScheduleError answers 503, on the OpenAI
   // routes as {"error":{"message":"server busy, please try again.  maximum pending requests

@@ -3,7 +3,8 @@
  *
  * Health tells a blip from a death (Envoy's outlier detection and a circuit breaker's
  * half-open state, in small): a refused connection or a failed active check demotes a
- * replica at once; a 502/503/504, a reset or a timeout only after `failures` in a row. A
+ * replica at once; a 502/503/504, a reset or a timeout only after `failures` in a row (an
+ * engine that says its KV or its queue is full is busy, not failing: no count). A
  * replica demoted by what an active check sees (a refused connection, a failing /health) is
  * up again at its next passing check: that check answers the question that demoted it, and
  * a quiet fleet must not wait for traffic to look healthy. A replica demoted by failed

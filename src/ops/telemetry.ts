@@ -65,7 +65,7 @@ export class Telemetry {
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
     r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
     r.gauge("llmroute_kv_full_total", "Requests the replica's engine turned away before the first byte because its KV could not hold them beside the running ones (llama.cpp's unified KV: \"Context size has been exceeded.\"); each was failed over.", each((x) => x.kvFull), "counter");
-    r.gauge("llmroute_engine_busy_total", "Requests the replica's engine turned away before computing anything because its queue was full (Ollama's scheduler: \"server busy\"); each was failed over.", each((x) => x.busy), "counter");
+    r.gauge("llmroute_engine_busy_total", "Requests the replica's engine turned away before computing anything because its queue was full (Ollama's scheduler: \"server busy\"); each was sent elsewhere, or answered 503 when no other replica was left to try.", each((x) => x.busy), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
     r.gauge("llmroute_conversations", "Remembered prompt tips (conversations and one-shots) per replica.", each((x) => this.live().router.index.replicaStats(x.name).tips));
     r.gauge("llmroute_working_set_tokens", "Estimated tokens of distinct prefixes used within routing.capacity_window.", () =>

@@ -38,6 +38,9 @@ export const RETRYABLE_STATUS = new Set([502, 503, 504]);
 /** How long the whole request body may take to arrive (slow-loris bound); a 32 MiB body needs ≥ 0.6 MB/s. */
 export const BODY_TIMEOUT_MS = 60_000;
 
+/** How long the body of a 503 may take once its headers are in, to be read for what it says (an engine's "busy"). */
+export const SMALL_BODY_MS = 2_000;
+
 /**
  * Bun's fetch has no connect timeout (its `timeout` is an idle timer that does not run
  * while connecting), so a request still without response headers this long after it was

@@ -15,7 +15,7 @@ import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
 import type { FleetView, Retract, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
-import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS, WHOLE_RESPONSE_MAX } from "./_constants.ts";
+import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS, SMALL_BODY_MS, WHOLE_RESPONSE_MAX } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
 import { downstreamHeaders, upstreamHeaders, type ClientInfo } from "./headers.ts";
 import { createReachability, type Reachability } from "./reachability.ts";
@@ -419,7 +419,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       // not dead. Its body is read only when the engine is one that says so, and is small.
       const busyTest = res.status === 503 ? replica.profile?.busy : undefined;
       const body = busyTest ? await smallBody(res) : undefined;
-      if (!body) await res.body?.cancel().catch(() => {});
+      if (!busyTest) await res.body?.cancel().catch(() => {});
       clearDeadlines();
       const failure: Failure = errorSays(busyTest, res.status, false, body)
         ? { kind: "busy", reason: "its queue is full (HTTP 503 \"server busy\")" }
@@ -653,15 +653,47 @@ function errorSays(test: ((error: unknown) => boolean) | undefined, status: numb
   }
 }
 
-/** The body of a response that says it is small (an error object), else undefined. */
+/**
+ * The body of an error answer, when it is small (an error object: at most 4,096 bytes, with or
+ * without a Content-Length) and comes at once (within SMALL_BODY_MS); else undefined, and the
+ * rest is cancelled.
+ */
 async function smallBody(res: Response): Promise<Uint8Array | undefined> {
   const declared = Number(res.headers.get("content-length") ?? Number.NaN);
-  if (!(declared >= 0 && declared <= 4096)) return undefined;
-  try {
-    return await res.bytes();
-  } catch {
+  if (declared > 4096 || !res.body) {
+    await res.body?.cancel().catch(() => {});
     return undefined;
   }
+  const reader = res.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  let timer: Timer | undefined;
+  const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), SMALL_BODY_MS)));
+  try {
+    while (size <= 4096) {
+      const chunk = await Promise.race([reader.read(), late]);
+      if (chunk === "late") break;
+      if (chunk.done) return concatBytes(parts, size);
+      parts.push(chunk.value);
+      size += chunk.value.byteLength;
+    }
+  } catch {
+    // Cut while reading: no body to judge.
+  } finally {
+    clearTimeout(timer);
+  }
+  await reader.cancel().catch(() => {});
+  return undefined;
+}
+
+function concatBytes(parts: Uint8Array[], size: number): Uint8Array {
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
 }
 
 /** A fetch error, as health weighs it. */

@@ -7,7 +7,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { logRecords, startRouterInProcess, startSimInProcess, startSimProc, until } from "../helpers/fleet.ts";
 import { readStream } from "../helpers/conversation.ts";
-import { killAll } from "../helpers/proc.ts";
+import { killAll, stopAtEnd } from "../helpers/proc.ts";
 
 afterEach(killAll);
 afterAll(killAll);
@@ -128,6 +128,46 @@ describe("an Ollama whose scheduler queue is full", () => {
       ["gpu1", "up", 0, 0],
     ]);
     expect(await (await fetch(`${router.url}/metrics`)).text()).toContain('llmroute_engine_busy_total{replica="gpu0"} 4');
+  });
+});
+
+describe("an Ollama whose 503 is not its queue's", () => {
+  it("a 503 with another body still counts: health.failures (3) in a row demote the card", async () => {
+    const ollama = { engine: "ollama" } as const;
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", ollama), startSimInProcess("gpu1", ollama)]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
+    await gpu0.faults({ fail_next: 3, fail_status: 503 });
+    // Until gpu0 has failed 3 requests (the spread sends it one in two).
+    for (let i = 0; i < 40 && logRecords(router, "replica down").length === 0; i++) {
+      const { response } = await router.client().chat.completions.create({ ...ask(`plain 503 ${i} ${crypto.randomUUID()}`) }).withResponse();
+      expect(response.status).toBe(200);
+    }
+    expect(logRecords(router, "replica down").map((r) => [r.replica, r.reason])).toEqual([["gpu0", "3 failures in a row, the last: HTTP 503"]]);
+  });
+
+  it("the queue's 503 streamed without a Content-Length (a proxy in front re-chunks it) is still read as busy", async () => {
+    const sim = await startSimInProcess("gpu0", { engine: "ollama" });
+    const other = await startSimInProcess("gpu1", { engine: "ollama" });
+    const proxy = Bun.serve({
+      port: 0,
+      hostname: "127.0.0.1",
+      fetch: async (req) => {
+        const url = new URL(req.url);
+        const upstream = await fetch(`${sim.url}${url.pathname}${url.search}`, { method: req.method, headers: req.headers, body: req.method === "GET" ? undefined : await req.arrayBuffer() });
+        const headers = new Headers(upstream.headers);
+        headers.delete("content-length");
+        return new Response(upstream.body, { status: upstream.status, headers });
+      },
+    });
+    stopAtEnd(async () => void proxy.stop(true));
+    const router = await startRouterInProcess([{ name: "gpu0", url: `http://127.0.0.1:${proxy.port}` }, other]);
+    await sim.faults({ queue_full_next: 4 });
+    for (let i = 0; i < 40 && logRecords(router, "failover").length < 4; i++) {
+      const { response } = await router.client().chat.completions.create({ ...ask(`chunked ${i} ${crypto.randomUUID()}`) }).withResponse();
+      expect(response.status).toBe(200);
+    }
+    expect(logRecords(router, "failover").map((r) => r.reason)).toEqual(Array(4).fill('its queue is full (HTTP 503 "server busy")'));
+    expect(logRecords(router, "replica down")).toHaveLength(0);
   });
 });
 
