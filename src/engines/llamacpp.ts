@@ -3,7 +3,7 @@
  * the commit of the node-llama-cpp npm package the project builds from) and as a real
  * server showed (test/system/, `npm run test:system`).
  */
-import { sum, type EngineProfile } from "./profile.ts";
+import { errorMessage, sum, type EngineProfile } from "./profile.ts";
 
 export const LLAMACPP: EngineProfile = {
   family: "llamacpp",
@@ -84,13 +84,6 @@ export const LLAMACPP: EngineProfile = {
   // /props build_info: "b<N>-<commit>".
   version: { path: "/props", read: (b) => (b && typeof b === "object" && typeof (b as { build_info?: unknown }).build_info === "string" ? (b as { build_info: string }).build_info : undefined) },
 };
-
-/** `error.message` of an error object (llama-server's `{"error": {"code", "message", "type"}}`). */
-function errorMessage(body: unknown): string | undefined {
-  const error = body && typeof body === "object" ? (body as { error?: unknown }).error : undefined;
-  const message = error && typeof error === "object" ? (error as { message?: unknown }).message : undefined;
-  return typeof message === "string" ? message : undefined;
-}
 
 /** llama.cpp's /props: slots and the context of each (server-context.cpp get_res_props). */
 export function llamacppCapacity(props: unknown): { kvTokens: number; slots: number; blockTokens: number; source: string } | undefined {

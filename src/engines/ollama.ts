@@ -1,7 +1,7 @@
 /**
  * Ollama, as its own source says. Paths are in the ollama/ollama repository.
  */
-import type { EngineProfile } from "./profile.ts";
+import { errorMessage, type EngineProfile } from "./profile.ts";
 import { stringField } from "./vllm.ts";
 
 export const OLLAMA: EngineProfile = {
@@ -45,13 +45,5 @@ export const OLLAMA: EngineProfile = {
   // it gets ErrMaxQueue, which server/routes.go handleScheduleError answers 503, on the OpenAI
   // routes as {"error":{"message":"server busy, please try again.  maximum pending requests
   // exceeded","type":"api_error",…}} (middleware/openai.go BaseWriter.writeError → openai/openai.go NewError).
-  busy: (error) => openAiErrorMessage(error)?.startsWith("server busy, please try again.") ?? false,
+  busy: (error) => errorMessage(error)?.startsWith("server busy, please try again.") ?? false,
 };
-
-/** `error.message` of an OpenAI error body, or the native API's `{"error": "…"}`. */
-function openAiErrorMessage(body: unknown): string | undefined {
-  const error = body && typeof body === "object" ? (body as { error?: unknown }).error : undefined;
-  if (typeof error === "string") return error;
-  const message = error && typeof error === "object" ? (error as { message?: unknown }).message : undefined;
-  return typeof message === "string" ? message : undefined;
-}

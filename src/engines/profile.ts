@@ -152,6 +152,14 @@ export interface EngineProfile {
   busy?(error: unknown): boolean;
 }
 
+/** The message of an engine's error body: `error.message` (OpenAI's shape, llama.cpp's), or a bare `{"error": "…"}` (Ollama's native API). */
+export function errorMessage(body: unknown): string | undefined {
+  const error = body && typeof body === "object" ? (body as { error?: unknown }).error : undefined;
+  if (typeof error === "string") return error;
+  const message = error && typeof error === "object" ? (error as { message?: unknown }).message : undefined;
+  return typeof message === "string" ? message : undefined;
+}
+
 /** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */
 export function sum(metrics: Map<string, Sample[]>, name: string): number | undefined {
   const samples = metrics.get(name);

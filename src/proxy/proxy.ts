@@ -673,7 +673,7 @@ async function smallBody(res: Response): Promise<Uint8Array | undefined> {
     while (size <= 4096) {
       const chunk = await Promise.race([reader.read(), late]);
       if (chunk === "late") break;
-      if (chunk.done) return concatBytes(parts, size);
+      if (chunk.done) return Buffer.concat(parts);
       parts.push(chunk.value);
       size += chunk.value.byteLength;
     }
@@ -684,16 +684,6 @@ async function smallBody(res: Response): Promise<Uint8Array | undefined> {
   }
   await reader.cancel().catch(() => {});
   return undefined;
-}
-
-function concatBytes(parts: Uint8Array[], size: number): Uint8Array {
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
 }
 
 /** A fetch error, as health weighs it. */
