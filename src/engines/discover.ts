@@ -10,7 +10,7 @@
 import { detectFamily, profileOf } from "./index.ts";
 import { llamacppCapacity } from "./llamacpp.ts";
 import { parsePrometheus, readEngine, type EngineReading, type Sample } from "./metrics.ts";
-import type { Capacity, EngineFamily, EngineProfile } from "./profile.ts";
+import type { Capacity, EngineFamily, EngineProfile, ResidentModel } from "./profile.ts";
 
 export interface ModelCard {
   id: string;
@@ -62,6 +62,8 @@ export interface Discovery {
   reading?: EngineReading;
   /** What identifies the engine process now (start time metric or header), when it says. */
   startToken?: string;
+  /** The models the engine holds in memory (Ollama /api/ps), when it lists them. */
+  resident?: ResidentModel[];
 }
 
 interface Got {
@@ -145,6 +147,9 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
       if (tokens > 0) capacity = { kvTokens: tokens, blockTokens: 1, source: "/get_server_info" };
     }
   }
+  // Ollama lists each loaded model's context in /api/ps (none before a request loads one).
+  const resident = profile?.resident ? profile.resident.read(json(await get(fetchFn, `${url}${profile.resident.path}`, headers, timeoutMs))) : undefined;
+  if (profile?.resident) capacity ??= residentCapacity(resident, profile.resident.path);
   const facts: EngineFacts = {
     ...(detected ? { family: detected.family, familyFrom: detected.from } : {}),
     ...(version ? { version } : {}),
@@ -162,7 +167,18 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
     ...(scraped.metrics ? { scrape: scraped.metrics } : {}),
     ...(reading ? { reading } : {}),
     ...(startToken ? { startToken } : {}),
+    ...(resident ? { resident } : {}),
   };
+}
+
+/**
+ * The KV of an engine that says only each loaded model's context (Ollama /api/ps
+ * context_length): one request's context, times OLLAMA_NUM_PARALLEL (1 by default), which no
+ * endpoint tells — so one request's.
+ */
+export function residentCapacity(models: ResidentModel[] | undefined, path: string): Capacity | undefined {
+  const context = Math.max(0, ...(models ?? []).map((m) => m.contextLength ?? 0));
+  return context > 0 ? { kvTokens: context, blockTokens: 1, source: `${path} context_length` } : undefined;
 }
 
 /** One thing the router cannot see on a replica, and what would let it. */
@@ -203,7 +219,12 @@ export function missingFacts(facts: EngineFacts, configured: { kvTokens: number 
   if (!facts.capacity && !(configured.kvTokens > 0)) {
     out.push({
       what: "KV capacity unknown: the index's view of the card is bounded only by the evidence of misses",
-      fix: profile?.family === "sglang" ? `start SGLang with --enable-metrics, or set kv_tokens` : "set kv_tokens in router.toml",
+      fix:
+        profile?.family === "sglang"
+          ? `start SGLang with --enable-metrics, or set kv_tokens`
+          : profile?.resident
+            ? `${profile.label} lists a model's context in ${profile.resident.path} once a request has loaded it (the router reads it then); or set kv_tokens`
+            : "set kv_tokens in router.toml",
     });
   }
   return out;

@@ -56,6 +56,9 @@ export const LLAMACPP: EngineProfile = {
   anyModelName: true,
   // The slot's cached tokens are reused up to the longest common prefix, token by token.
   blockTokens: 1,
+  // The host-RAM prompt cache (--cache-ram, common/common.h cache_ram_mib = 8192) keeps a
+  // slot's prompt when the slot takes another and loads it back for a request that matches it.
+  ramPromptCache: true,
   // server-context.cpp update_slots: every slot processing a prompt adds its next chunk to the
   // one batch of a step (up to n_batch): as many prefills share the card as there are slots;
   // a request waits for a free slot beyond that.

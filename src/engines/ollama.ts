@@ -1,7 +1,7 @@
 /**
  * Ollama, as its own source says. Paths are in the ollama/ollama repository.
  */
-import { errorMessage, type EngineProfile } from "./profile.ts";
+import { errorMessage, type EngineProfile, type ResidentModel } from "./profile.ts";
 import { stringField } from "./vllm.ts";
 
 export const OLLAMA: EngineProfile = {
@@ -29,6 +29,9 @@ export const OLLAMA: EngineProfile = {
   sameModel: (requested, listed) => requested === listed || `${requested}:latest` === listed,
   // The runner reuses a slot's inputs up to the longest common prefix (runner/ollamarunner/cache.go).
   blockTokens: 1,
+  // llm/llama_server.go startLlamaServer passes no --cache-ram: llama-server's host-RAM prompt
+  // cache stays on at its default.
+  ramPromptCache: true,
   // llm/llama_server.go: Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
   // (envconfig/config.go): one prefill at a time, the rest queue.
   prefillConcurrency: () => 1,
@@ -46,4 +49,37 @@ export const OLLAMA: EngineProfile = {
   // routes as {"error":{"message":"server busy, please try again.  maximum pending requests
   // exceeded","type":"api_error",…}} (middleware/openai.go BaseWriter.writeError → openai/openai.go NewError).
   busy: (error) => errorMessage(error)?.startsWith("server busy, please try again.") ?? false,
+  // server/routes.go PsHandler lists the scheduler's loaded runners (s.sched.loaded). A runner
+  // idle for keep_alive (OLLAMA_KEEP_ALIVE, 5 min by default: envconfig/config.go KeepAlive) is
+  // unloaded — server/sched.go processCompleted arms expireTimer when refCount reaches 0, and
+  // the expired runner is unloaded, its llama-server process stopped (llm/server.go Close) —
+  // and so is one evicted to make room for another model: its KV and RAM prompt cache with it.
+  resident: { path: "/api/ps", read: ollamaResident },
+  // server/prompt.go chatPrompt: a chat longer than num_ctx loses its oldest messages (the
+  // system messages and the last one are kept) until the rest fits ("truncating input messages
+  // which exceed context length"), answered 200 as if whole. num_ctx: OLLAMA_CONTEXT_LENGTH
+  // (envconfig/config.go ContextLength) or the model's num_ctx parameter.
+  cutsLongPrompts: {
+    how: "Ollama drops the oldest messages until the rest fits (server/prompt.go chatPrompt): the prompt starts differently every turn, so its cache cannot be reused, and the model never sees the start",
+    fix: "raise OLLAMA_CONTEXT_LENGTH, or the model's num_ctx",
+  },
 };
+
+/**
+ * Ollama's GET /api/ps: api/types.go ProcessResponse{models: [ProcessModelResponse{name, model,
+ * …, expires_at, context_length}]}. context_length is llm/server.go ContextLength(), the
+ * runner's options.NumCtx: one request's context (the KV holds OLLAMA_NUM_PARALLEL of them).
+ */
+export function ollamaResident(body: unknown): ResidentModel[] | undefined {
+  const models = body && typeof body === "object" ? (body as { models?: unknown }).models : undefined;
+  if (!Array.isArray(models)) return undefined;
+  const out: ResidentModel[] = [];
+  for (const m of models) {
+    const name = stringField(m, "name") ?? stringField(m, "model");
+    if (!name) continue;
+    const context = Number((m as { context_length?: unknown }).context_length);
+    const expires = Date.parse(stringField(m, "expires_at") ?? "");
+    out.push({ name, ...(context > 0 ? { contextLength: context } : {}), ...(Number.isFinite(expires) ? { expiresAt: expires } : {}) });
+  }
+  return out;
+}

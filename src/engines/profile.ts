@@ -102,6 +102,11 @@ export interface EngineProfile {
   anyModelName: boolean;
   /** Does a request naming `requested` reach the model the engine lists as `listed`? (Default: the same name.) */
   sameModel?(requested: string, listed: string): boolean;
+  /**
+   * The engine keeps prompts evicted from its KV in host RAM and restores them (llama-server's
+   * --cache-ram, on by default): the KV it publishes is no bound on what it holds.
+   */
+  ramPromptCache?: boolean;
   /** Tokens per cached block when the engine does not publish it. */
   blockTokens: number;
   /**
@@ -150,6 +155,27 @@ export interface EngineProfile {
    * the replica's health.
    */
   busy?(error: unknown): boolean;
+  /**
+   * Where the engine lists the models it holds in memory, and how to read it (Ollama's
+   * /api/ps). A model that leaves the list was unloaded: its KV, and every prefix cached in
+   * it, went with it. Asked at each passing health check.
+   */
+  resident?: { path: string; read(body: unknown): ResidentModel[] | undefined };
+  /**
+   * The engine cuts a prompt longer than its published context to fit instead of refusing it
+   * (Ollama): what it does, and the setting that gives it more room. A cut prompt starts
+   * differently every turn, so its cache is not reused.
+   */
+  cutsLongPrompts?: { how: string; fix: string };
+}
+
+/** A model an engine holds in memory (Ollama /api/ps). */
+export interface ResidentModel {
+  name: string;
+  /** Tokens of context each request may use (one slot's). */
+  contextLength?: number;
+  /** When the engine unloads it if no request comes first (Unix ms). */
+  expiresAt?: number;
 }
 
 /** The message of an engine's error body: `error.message` (OpenAI's shape, llama.cpp's), or a bare `{"error": "…"}` (Ollama's native API). */

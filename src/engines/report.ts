@@ -3,7 +3,7 @@
  * there, with the flag that would show it — the same discovery the router runs at start,
  * plus one question only a request answers: do its responses carry cached tokens?
  */
-import { discoverEngine, missingFacts, type Discovery, type EngineFacts, type FetchLike, type MissingFact } from "./discover.ts";
+import { discoverEngine, missingFacts, residentCapacity, type Discovery, type EngineFacts, type FetchLike, type MissingFact } from "./discover.ts";
 import { profileOf } from "./index.ts";
 
 export interface ReplicaTarget {
@@ -54,6 +54,15 @@ async function ask(fetchFn: FetchLike, t: ReplicaTarget, model: string, content:
   }
 }
 
+async function getJson(fetchFn: FetchLike, url: string, headers: Record<string, string>, timeoutMs: number): Promise<unknown> {
+  try {
+    const res = await fetchFn(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
+    return res.ok ? await res.json() : (await res.body?.cancel(), undefined);
+  } catch {
+    return undefined;
+  }
+}
+
 /** Discover one replica, and (with `probe`) ask twice to see whether cached tokens come back. */
 export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeoutMs: number, probe: boolean): Promise<EngineReport> {
   let found: Discovery;
@@ -94,6 +103,12 @@ export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeout
     }
   } else if (probe) {
     report.cachedTokens = { asked: false, detail: "not asked: no model listed (set models in router.toml)" };
+  }
+  // Ollama says a model's context only once a request has loaded it: the probe's did.
+  const resident = facts.family ? profileOf(facts.family).resident : undefined;
+  if (probe && resident && !facts.capacity) {
+    const capacity = residentCapacity(resident.read(await getJson(fetchFn, `${t.url}${resident.path}`, t.headers, timeoutMs)), resident.path);
+    if (capacity) facts.capacity = capacity;
   }
   report.missing = missingFacts(facts, { kvTokens: t.kvTokens });
   if (!probe) report.missing = report.missing.filter((m) => !m.what.startsWith("no per-request cached tokens seen"));
@@ -136,7 +151,9 @@ export function renderEngineReport(r: EngineReport): string[] {
   // unified (llama-server's default without --parallel), and /props does not say which.
   const perSlot = cap?.slots ? cap.kvTokens / cap.slots : 0;
   const slots = cap?.slots ? `, ${cap.slots} slots of ${int(perSlot)}${cap.slots > 1 ? ` (or one KV of ${int(perSlot)} they share, if unified: llama-server's default without --parallel)` : ""}` : "";
-  out.push(`  KV         ${cap ? `${int(cap.kvTokens)} tokens (${cap.source})${slots}${cap.blockTokens ? `, blocks of ${cap.blockTokens}` : ""}` : "not published"}`);
+  const cut = f.family ? profileOf(f.family).cutsLongPrompts : undefined;
+  const perRequest = cap && cut ? `: one request's context; a longer chat is cut (${cut.fix})` : "";
+  out.push(`  KV         ${cap ? `${int(cap.kvTokens)} tokens (${cap.source})${slots}${cap.blockTokens ? `, blocks of ${cap.blockTokens}` : ""}${perRequest}` : "not published"}`);
   out.push(`  metrics    ${f.metrics.state === "ok" ? `${f.metrics.path}${f.cacheCounters ? " (cache counters: yes)" : " (cache counters: no)"}` : f.metrics.state === "off" ? "off (metrics = false)" : `none at ${f.metrics.path} (${f.metrics.reason})`}`);
   if (r.cachedTokens) out.push(`  cached     ${r.cachedTokens.detail}`);
   for (const m of r.missing) out.push(`  missing    ${m.what}\n             → ${m.fix}`);

@@ -18,10 +18,10 @@
  */
 import { DEFAULT_METRICS_PATH, type ReplicaConfig } from "../config.ts";
 import { clip, type Log } from "../log.ts";
-import { discoverEngine, readMetricsAnswer, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
+import { discoverEngine, readMetricsAnswer, residentCapacity, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
 import { profileOf } from "../engines/index.ts";
 import { readEngine, total, type EngineReading, type Sample } from "../engines/metrics.ts";
-import type { CacheCounters, EngineProfile } from "../engines/profile.ts";
+import type { CacheCounters, EngineProfile, ResidentModel } from "../engines/profile.ts";
 import type { FleetView } from "../route/router.ts";
 import { PrefillQueue } from "./prefill.ts";
 import { SlotQueue } from "./slot-queue.ts";
@@ -101,6 +101,8 @@ export class Replica {
   kvFull = 0;
   /** Requests its engine turned away because its queue was full (failed over; not a health failure). */
   busy = 0;
+  /** Prompts sent here longer than the context its engine cuts them to (Ollama). */
+  overContext = 0;
   /** Deadlines that fired, by kind. */
   timeouts: Record<TimerKind, number> = { connect: 0, first_byte: 0, stream_idle: 0 };
   /** Times its cache was declared lost (a restart). */
@@ -119,6 +121,12 @@ export class Replica {
   counters?: CacheCounters;
   /** Prompt tokens and seconds the engine reported prefilling at the last scrape (llama.cpp). */
   prefillCounters?: { tokens: number; seconds: number };
+  /**
+   * The models the engine held in memory at the last look (Ollama /api/ps), each with when it
+   * would unload if left idle (Unix ms); whether nothing of this router's was running then; and
+   * when this router next sent it a request.
+   */
+  resident?: { models: Map<string, number | undefined>; idle: boolean; sentAt?: number };
   /** The KV the router believes this card holds, in tokens (starting belief bounded by evidence); undefined = unknown. */
   kvBelief?: number;
   /** Commit times of the requests running here (a slotted engine's busy slots). */
@@ -284,6 +292,7 @@ export class Replica {
   /** A request committed at `at` was sent here / has ended here. */
   began(at: number): void {
     this.runningCommits.set(at, (this.runningCommits.get(at) ?? 0) + 1);
+    if (this.resident && this.resident.sentAt === undefined) this.resident.sentAt = at;
   }
 
   ended(at: number): void {
@@ -335,18 +344,21 @@ export class Replica {
   /**
    * The KV the router starts from, in tokens, before the evidence of hits and misses: the
    * engine's published capacity and router.toml's kv_tokens (the operator's belief), the
-   * smaller when both are given. A llama.cpp card's slots are not a bound: its host-RAM
-   * prompt cache (--cache-ram, 8 GiB by default) restores evicted prompts, and its size is
-   * not published.
+   * smaller when both are given. The slots of llama-server (llama.cpp's, Ollama's) are not a
+   * bound: its host-RAM prompt cache (--cache-ram, 8 GiB by default) restores evicted
+   * prompts, and its size is not published.
    */
   startingKvTokens(): number | undefined {
     const configured = this.config.kv_tokens > 0 ? this.config.kv_tokens : undefined;
-    const published = this.facts?.capacity && this.facts.family !== "llamacpp" ? this.facts.capacity.kvTokens : undefined;
+    const published = this.facts?.capacity && !this.profile?.ramPromptCache ? this.facts.capacity.kvTokens : undefined;
     if (configured === undefined) return published;
     if (published === undefined) return configured;
     return Math.min(configured, published);
   }
 }
+
+/** An engine's unload time is read against this router's clock: a second's slack for the clocks and the engine's timer. */
+const UNLOAD_MARGIN_MS = 1000;
 
 export interface FleetOptions {
   fetch?: FetchLike;
@@ -615,7 +627,10 @@ export class Fleet {
     }
     if (!failure) {
       if (replica.rediscover) await this.discover(replica);
-      else if (replica.facts?.metrics.state === "ok") await this.scrape(replica);
+      else {
+        if (replica.facts?.metrics.state === "ok") await this.scrape(replica);
+        if (replica.profile?.resident) await this.readResident(replica, replica.profile.resident);
+      }
     }
 
     const first = !replica.checked;
@@ -699,11 +714,82 @@ export class Fleet {
         metrics: found.facts.metrics.state === "ok" ? found.facts.metrics.path : found.facts.metrics.state,
       });
     }
+    if (found.resident) this.absorbResident(replica, found.resident);
     if (found.scrape) this.absorb(replica, found.scrape, found.startToken);
     else {
       replica.engine = undefined;
       replica.engineWaiting = 0;
       replica.startToken = found.startToken ?? replica.startToken;
+    }
+  }
+
+  /**
+   * A prompt of about `tokens` goes to `replica`. Longer than the context its engine cuts
+   * prompts to (Ollama's num_ctx, from /api/ps), it is counted, and said once per replica: no
+   * routing makes a cut prompt's cache hit. (5 % of slack for the router's token estimate.)
+   * True when the engine will cut it: its usage then counts what was kept, not the prompt.
+   */
+  promptSent(replica: Replica, tokens: number): boolean {
+    const cut = replica.profile?.cutsLongPrompts;
+    const context = replica.facts?.capacity?.kvTokens;
+    if (!cut || !context || tokens <= context * 1.05) return false;
+    if (replica.overContext++ > 0) return true;
+    this.options.log.warn(`prompt longer than ${replica.name}'s context: ${cut.fix}`, {
+      replica: replica.name,
+      prompt_tokens: Math.round(tokens),
+      context_tokens: context,
+      context_from: replica.facts!.capacity!.source,
+      detail: cut.how,
+    });
+    return true;
+  }
+
+  /** Ask the engine which models it holds in memory (Ollama /api/ps); no answer changes nothing. */
+  private async readResident(replica: Replica, resident: NonNullable<EngineProfile["resident"]>): Promise<void> {
+    let models: ResidentModel[] | undefined;
+    try {
+      const res = await this.fetch(`${replica.config.url}${resident.path}`, {
+        headers: authHeaders(replica.config),
+        signal: AbortSignal.timeout(this.options.healthTimeoutMs),
+      });
+      models = res.status === 200 ? resident.read(await res.json()) : (await res.body?.cancel(), undefined);
+    } catch {
+      return;
+    }
+    if (models) this.absorbResident(replica, models);
+  }
+
+  /**
+   * One look at the models the engine holds in memory. A model no longer listed was unloaded
+   * (Ollama: idle past keep_alive, or its memory went to another model), and its KV with it.
+   * One listed again with a new expiry, whose old one passed while nothing of this router's
+   * ran there, was unloaded and loaded again between two looks. (Another client's request
+   * just before that expiry would keep it loaded and read as an unload here: the router then
+   * forgets prefixes the card still held, which costs hits, never a wrong answer.) The context
+   * a loaded model reports is the replica's published KV when it has none.
+   */
+  private absorbResident(replica: Replica, models: ResidentModel[]): void {
+    const before = replica.resident;
+    const listed = new Map(models.map((m) => [m.name, m.expiresAt]));
+    replica.resident = { models: listed, idle: replica.inflight === 0 };
+    const path = replica.profile?.resident?.path ?? "/api/ps";
+    const capacity = residentCapacity(models, path);
+    if (replica.facts && capacity && (!replica.facts.capacity || (replica.facts.capacity.source === capacity.source && replica.facts.capacity.kvTokens !== capacity.kvTokens))) {
+      replica.facts = { ...replica.facts, capacity };
+      this.options.log.info("engine capacity learnt", { replica: replica.name, kv_tokens: capacity.kvTokens, kv_from: capacity.source });
+    }
+    if (!before) return;
+    const label = replica.profile?.label ?? "the engine";
+    const gone = [...before.models.keys()].filter((name) => !listed.has(name));
+    if (gone.length > 0) {
+      this.loseCache(replica, `${label} unloaded ${gone.join(", ")}: ${path} lists it no more (idle past its keep_alive, or its memory went to another model), and its KV went with it`, false);
+      return;
+    }
+    const lapsedBy = before.sentAt ?? this.now();
+    const reloaded = before.idle ? [...before.models].filter(([name, expires]) => expires !== undefined && listed.get(name) !== expires && expires + UNLOAD_MARGIN_MS < lapsedBy) : [];
+    if (reloaded.length > 0) {
+      const [name, expires] = reloaded[0]!;
+      this.loseCache(replica, `${label} unloaded and loaded again ${name}: its keep_alive ran out at ${new Date(expires!).toISOString()} with no request of this router running there (${path})`, false);
     }
   }
 

@@ -65,6 +65,7 @@ export class Telemetry {
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
     r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
     r.gauge("llmroute_kv_full_total", "Requests the replica's engine turned away before the first byte because its KV could not hold them beside the running ones (llama.cpp's unified KV: \"Context size has been exceeded.\"); each was failed over.", each((x) => x.kvFull), "counter");
+    r.gauge("llmroute_prompts_over_context_total", "Prompts sent to the replica longer than the context its engine cuts them to (Ollama's num_ctx, from /api/ps): the engine dropped their oldest messages, so their cache could not be reused.", each((x) => x.overContext), "counter");
     r.gauge("llmroute_engine_busy_total", "Requests the replica's engine turned away before computing anything because its queue was full (Ollama's scheduler: \"server busy\"); each was sent elsewhere, or answered 503 when no other replica was left to try.", each((x) => x.busy), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
     r.gauge("llmroute_conversations", "Remembered prompt tips (conversations and one-shots) per replica.", each((x) => this.live().router.index.replicaStats(x.name).tips));
@@ -197,6 +198,7 @@ export class Telemetry {
         failovers: r.failovers,
         kv_full: r.kvFull,
         busy: r.busy,
+        over_context: r.overContext,
         models: r.cards.map((c) => c.id),
         conversations: stats.tips,
         index_entries: stats.entries,
@@ -323,6 +325,8 @@ export interface ReplicaStatus {
   kv_full: number;
   /** Requests its engine turned away with a full queue (failed over). */
   busy: number;
+  /** Prompts sent longer than the context its engine cuts them to (Ollama's num_ctx). */
+  over_context: number;
   models: string[];
   conversations: number;
   index_entries: number;
@@ -412,7 +416,8 @@ export function kvView(r: Replica, evidence: CapacityEvidence): {
     const line = `kv_tokens ${fmt(configured)} is less than this card holds`;
     contradiction = `${line}: the engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}`;
     finding = { line, details: `The engine kept prefixes across ~${fmt(lower)} tokens of others; the router assumes ~${fmt(r.kvBelief ?? lower)}. ${fix("near that figure")}` };
-  } else if (configured !== null && published && published.from !== "/props" && configured > 1.2 * published.tokens) {
+  } else if (configured !== null && published && !r.profile?.ramPromptCache && configured > 1.2 * published.tokens) {
+    // (llama-server's slots, llama.cpp's and Ollama's, are no bound: its RAM prompt cache holds more.)
     // (A kv_tokens below the engine's own is the operator's choice, e.g. room kept for running sequences.)
     const line = `kv_tokens ${fmt(configured)} is more than the engine's own ${fmt(published.tokens)}`;
     contradiction = `${line} (${published.from}); the router assumes ${fmt(published.tokens)}`;

@@ -354,6 +354,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
     }
     replica.inflight++;
     replica.began(decided.committedAt);
+    // Longer than the context its engine cuts prompts to: the usage will count what was kept.
+    const cutByEngine = fleet.promptSent(replica, tokens);
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
     // Followed to its end only where requests wait for a slot (EngineProfile.servingSlots).
@@ -501,8 +503,9 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (!replica.removed) {
         if (usage.responseId && res.status < 300) router.rememberResponse(usage.responseId, replica.name);
         // A previous_response_id follow-up's prompt_tokens count the stored conversation, of
-        // which the router saw only the new input: learnt from, the ratio collapses.
-        if (usage.promptTokens && est.totalChars > 0 && !ctx.shape.previousResponseId) replica.observeTokens(est.totalChars, usage.promptTokens);
+        // which the router saw only the new input: learnt from, the ratio collapses. So do those
+        // of a prompt the engine cut to its context (Ollama).
+        if (usage.promptTokens && est.totalChars > 0 && !ctx.shape.previousResponseId && !cutByEngine) replica.observeTokens(est.totalChars, usage.promptTokens);
         if (res.status < 300) {
           const profile = replica.profile;
           const endpoint = ctx.shape.endpoint;

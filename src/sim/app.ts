@@ -25,6 +25,7 @@ import { Faults } from "./faults.ts";
 import { resolveSimOptions, type SimOptions } from "./options.ts";
 import { decodeCallsOf } from "./profiles/llamacpp.ts";
 import { engineProfile, zeroCounters, type EngineProfile, type ReplicaCounters, type ReplicaView } from "./profiles/index.ts";
+import { Residency } from "./residency.ts";
 import { SlotEngine } from "./slots.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
 import { outputSeed } from "./tokenizer.ts";
@@ -57,6 +58,11 @@ export interface SimState extends EngineStats {
   running: number;
   waiting: number;
   stored_responses: number;
+  /** ollama: times its model was loaded (by a request) and unloaded (idle past keep_alive). */
+  model_loads?: number;
+  model_unloads?: number;
+  /** ollama: chats that lost their oldest messages to fit the context. */
+  prompts_cut?: number;
   faults: ReturnType<Faults["snapshot"]>;
 }
 
@@ -99,10 +105,14 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   // llama.cpp and Ollama (which runs llama-server) keep KV in slots; the others in one pool.
   const engine: SimEngineApi = profile.slotDefaults ? new SlotEngine(options, clock) : new SimEngine(options, clock);
   const faults = new Faults(options, clock);
+  // Ollama loads its model at the first request and unloads it after keep_alive idle.
+  const residency = profile.family === "ollama" ? new Residency(options.keepAlive < 0 ? -1 : options.keepAlive * 1000 * options.timeScale, clock, engine) : undefined;
   const store = new ResponseStore(options.responsesStoreMax);
   const baseHeaders = { "x-sim-replica": options.name };
   const encoder = new TextEncoder();
   let counters: ReplicaCounters = zeroCounters();
+  /** Chats that lost their oldest messages to fit the context (profile.cutsChatToContext). */
+  let promptsCut = 0;
   const replica: ReplicaView = {
     name: options.name,
     model: options.model,
@@ -116,6 +126,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     get contextLimit() {
       return contextLimit();
     },
+    ...(residency ? { resident: residency } : {}),
   };
 
   /** The most tokens one request may hold: a llama.cpp slot's n_ctx, else max_model_len. */
@@ -126,7 +137,10 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   const profileError = (e: ApiError) => profile.errorResponse(e, baseHeaders);
   const json = (body: unknown, status = 200) => Response.json(body, { status, headers: baseHeaders });
 
-  engine.onSequenceEnd((_seq, r) => account(r));
+  engine.onSequenceEnd((_seq, r) => {
+    account(r);
+    residency?.ended();
+  });
 
   /** Figures some families publish beyond the engine's counters (profiles/types.ts ReplicaCounters). */
   function account(r: SequenceResult): void {
@@ -199,6 +213,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       waiting: engine.waitingCount,
       ...engine.stats,
       stored_responses: store.size,
+      ...(residency ? { model_loads: residency.loads, model_unloads: residency.unloads } : {}),
+      ...(profile.cutsChatToContext ? { prompts_cut: promptsCut } : {}),
       faults: faults.snapshot(),
     };
   }
@@ -208,6 +224,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     store.clear();
     faults.clear();
     counters = zeroCounters();
+    promptsCut = 0;
   }
 
   async function readJson(request: Request): Promise<unknown> {
@@ -226,10 +243,10 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       throw new ApiError(400, "llama.cpp does not support 'previous_response_id'.", { param: "previous_response_id" });
     }
     const previous = profile.responsesState === "stored" ? (id: string) => store.get(id) : undefined;
-    const parsed = parseRequest(endpoint, body, previous, options.template);
+    const limit = contextLimit();
+    const { parsed, cut } = cutToContext(endpoint, body, parseRequest(endpoint, body, previous, options.template), limit);
     const model = profile.resolveModel(parsed.model, options.model);
     const promptTokens = engine.tokenizer.count(parsed.prompt);
-    const limit = contextLimit();
     if (promptTokens === 0) throw new ApiError(400, "The prompt is empty.", { param: "prompt" });
     const tooLong = profile.contextError(promptTokens, parsed.maxTokens, limit);
     if (tooLong) throw tooLong;
@@ -240,7 +257,30 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     const shape = endpoint === "/v1/completions" ? undefined : reasoningShape(options.template);
     const seed = outputSeed(parsed.prompt);
     const reply = shape && new ReasoningReply(shape, maxTokens, options.charsPerToken, (i) => engine.tokenizer.word(seed, i));
-    return { parsed, model, promptTokens, maxTokens, finishReason, reply };
+    return { parsed, model, promptTokens, maxTokens, finishReason, reply, cut };
+  }
+
+  /**
+   * A chat longer than the context, on an engine that cuts it (Ollama): without its oldest
+   * messages, the fewest dropped that fit (system messages and the last one always kept).
+   * `cut`: the messages dropped.
+   */
+  function cutToContext(endpoint: Endpoint, body: unknown, parsed: ParsedRequest, limit: number): { parsed: ParsedRequest; cut: number } {
+    if (!profile.cutsChatToContext || endpoint !== "/v1/chat/completions" || !isRecord(body) || !Array.isArray(body.messages)) return { parsed, cut: 0 };
+    if (engine.tokenizer.count(parsed.prompt) < limit) return { parsed, cut: 0 };
+    const messages: unknown[] = body.messages;
+    const from = (i: number) => {
+      const system = messages.slice(0, i).filter((m) => isRecord(m) && m.role === "system");
+      return parseRequest(endpoint, { ...body, messages: [...system, ...messages.slice(i)] }, undefined, options.template);
+    };
+    let kept = parsed;
+    let i = 1;
+    for (; i < messages.length; i++) {
+      kept = from(i);
+      if (engine.tokenizer.count(kept.prompt) < limit) break;
+    }
+    const dropped = messages.slice(0, Math.min(i, messages.length - 1)).filter((m) => !(isRecord(m) && m.role === "system")).length;
+    return { parsed: kept, cut: dropped };
   }
 
   /** The stall fault: true when it is over (its time passed, or stall_ms was cleared), false if the client left. */
@@ -288,6 +328,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     }
     if (profile.family === "ollama" && faults.takeQueueFull()) return refuse(new ApiError(503, OLLAMA_QUEUE_FULL), "faulted_total");
     const { parsed } = prepared;
+    if (prepared.cut > 0) promptsCut++;
+    residency?.use();
     const started = clock.now();
     const ctx: FormatContext = {
       endpoint,
@@ -504,6 +546,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       const endpoint = url.searchParams.get("endpoint") ?? "/v1/chat/completions";
       if (!isEndpoint(endpoint)) throw new ApiError(400, `endpoint must be one of the generation endpoints, not ${JSON.stringify(endpoint)}`, { param: "endpoint" });
       const { parsed } = prepare(endpoint, await readJson(request));
+      residency?.settle();
       const match = engine.match(parsed.prompt, parsed.salt);
       return json({ prompt_tokens: match.promptTokens, cached_tokens: match.cachedTokens, running: engine.runningCount, waiting: engine.waitingCount });
     }

@@ -38,6 +38,7 @@ const NUMBER_FLAGS = {
   "slot-prompt-similarity": "slotPromptSimilarity",
   "batch-size": "batchSize",
   "cache-ram-gbps": "cacheRamGbps",
+  "keep-alive": "keepAlive",
 } as const satisfies Record<string, keyof SimOptions>;
 
 const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
@@ -67,6 +68,7 @@ const HELP: Record<keyof typeof NUMBER_FLAGS, string> = {
   "slot-prompt-similarity": "llamacpp, ollama: prompt similarity that picks a slot over the least recently used (0.10)",
   "batch-size": "llamacpp, ollama: prompt tokens per decode step, across slots (llamacpp 2048, ollama 512); new requests join between steps",
   "cache-ram-gbps": "llamacpp, ollama: GB/s of a RAM prompt-cache save or restore (10)",
+  "keep-alive": "ollama: seconds its model stays loaded after the last request (OLLAMA_KEEP_ALIVE, 300; -1 = for ever); unloaded, its KV is gone",
 };
 
 const args = {

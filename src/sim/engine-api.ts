@@ -243,6 +243,12 @@ export interface SimEngineApi {
   sync(): void;
   /** End every sequence, forget the cache and the record of computed blocks, zero the counters. */
   reset(): void;
+  /**
+   * Lose every cached prefix, as when the process holding the KV stops (Ollama unloading its
+   * runner). Called with nothing running. What was lost stays in the record of computed
+   * prefixes (a later miss on it is `evicted`), and the counters keep counting.
+   */
+  dropCache(): void;
   /** Stop timers (the server is going away); running sequences end as "reset". */
   close(): void;
   /** Observe every submitted sequence. Returns an unsubscribe. */

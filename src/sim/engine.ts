@@ -272,6 +272,13 @@ export class SimEngine implements SimEngineApi {
     this.armTimer();
   }
 
+  dropCache(): void {
+    this.sync();
+    this.pool.clearCache();
+    this.poolEpoch++;
+    this.armTimer();
+  }
+
   /** Stop the timer (the server is going away); running sequences end as "reset". */
   close(): void {
     this.reset();

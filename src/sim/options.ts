@@ -159,6 +159,12 @@ export interface SimOptions extends EngineOptions, FaultOptions, LlamaCppOptions
   responsesStoreMax: number;
   /** Log one line per request to `log`. */
   verbose: boolean;
+  /**
+   * ollama: seconds (model time) its runner stays loaded after its last request ended
+   * (OLLAMA_KEEP_ALIVE, 5 min by default: envconfig/config.go KeepAlive); -1 = for ever.
+   * Unloaded, the runner's KV and RAM prompt cache are gone (residency.ts).
+   */
+  keepAlive: number;
 }
 
 export type ProfileName = "3090" | "tiny";
@@ -221,6 +227,7 @@ const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
   minTickMs: 2,
   responsesStoreMax: 10_000,
   verbose: false,
+  keepAlive: 300,
   failNext: 0,
   failStatus: 503,
   stallMs: 0,
@@ -328,6 +335,7 @@ function validate(o: SimOptions): string[] {
   positive("timeScale");
   nonNegative("minTickMs");
   positiveInt("responsesStoreMax");
+  need(Number.isFinite(o.keepAlive) && (o.keepAlive >= 0 || o.keepAlive === -1), "keep-alive", o.keepAlive, "must be seconds >= 0, or -1 (for ever)");
   need(Number.isInteger(o.failNext) && o.failNext >= 0, "fail-next", o.failNext, "must be an integer >= 0");
   need(Number.isInteger(o.failStatus) && o.failStatus >= 400 && o.failStatus <= 599, "fail-status", o.failStatus, "must be an HTTP status 400..599");
   nonNegative("stallMs");

@@ -537,6 +537,16 @@ export class SlotEngine implements SimEngineApi {
     this.armTimer();
   }
 
+  dropCache(): void {
+    this.sync();
+    for (const slot of this.slotList) {
+      slot.content = "";
+      slot.lastUsed = -1;
+    }
+    this.ramCache?.clear();
+    this.armTimer();
+  }
+
   /** Stop the timer (the server is going away); running sequences end as "reset". */
   close(): void {
     this.reset();

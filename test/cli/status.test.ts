@@ -32,6 +32,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     failovers: 0,
     kv_full: 0,
     busy: 0,
+    over_context: 0,
     models: ["m"],
     conversations: 2,
     index_entries: 20,

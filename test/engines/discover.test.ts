@@ -98,9 +98,25 @@ describe("discovery, per family", () => {
     });
     const d = await discoverEngine({ url: "http://ollama", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
     expect(d.facts).toMatchObject({ family: "ollama", version: "0.12.3", familyFrom: "/api/version" });
-    expect(missingFacts(d.facts, { kvTokens: 0 }).map((m) => m.fix)).toEqual(["none: the router relies on its own index and the time to first token", "set kv_tokens in router.toml"]);
+    // No model loaded yet (/api/ps not answered here): its context is not known.
+    expect(missingFacts(d.facts, { kvTokens: 0 }).map((m) => m.fix)).toEqual([
+      "none: the router relies on its own index and the time to first token",
+      "Ollama lists a model's context in /api/ps once a request has loaded it (the router reads it then); or set kv_tokens",
+    ]);
     // "qwen3" reaches "qwen3:latest"
     expect(PROFILES.ollama.sameModel!("qwen3", "qwen3:latest")).toBe(true);
+  });
+
+  it("Ollama with a model loaded: its context from /api/ps (one request's, OLLAMA_NUM_PARALLEL 1), and when it would unload", async () => {
+    const e = engine({
+      "/v1/models": { body: { data: [{ id: "qwen3:latest", owned_by: "library" }] } },
+      "/api/version": { body: { version: "0.12.3" } },
+      "/api/ps": { body: { models: [{ name: "qwen3:latest", model: "qwen3:latest", size: 1, expires_at: "2026-12-03T06:00:00.5Z", size_vram: 1, context_length: 8192 }] } },
+    });
+    const d = await discoverEngine({ url: "http://ollama", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
+    expect(d.facts.capacity).toEqual({ kvTokens: 8192, blockTokens: 1, source: "/api/ps context_length" });
+    expect(d.resident).toEqual([{ name: "qwen3:latest", contextLength: 8192, expiresAt: Date.parse("2026-12-03T06:00:00.5Z") }]);
+    expect(missingFacts(d.facts, { kvTokens: 0 }).map((m) => m.what)).toEqual(["Ollama reports no cached tokens"]);
   });
 
   it("metrics = false: /metrics is never asked", async () => {

@@ -177,6 +177,54 @@ describe.concurrent("an engine without /health", () => {
   });
 });
 
+describe.concurrent("Ollama's loaded model (/api/ps)", () => {
+  it("Ollama idle past its keep_alive unloads the model and its KV: the router reads /api/ps, forgets that replica's prefixes once, and learnt its context from the same list", async () => {
+    const [ollama, other] = await Promise.all([startSimInProcess("ollama3", { engine: "ollama", keepAlive: 1.5 }), startSimInProcess("ollama4", { engine: "ollama", keepAlive: 1.5 })]);
+    const router = await startRouterInProcess([ollama, other], { toml: WATCHED_HEALTH });
+    // Nothing is loaded before a request: no context known yet.
+    expect((await status(router)).replicas.map((r) => r.facts?.capacity)).toEqual([null, null]);
+    const client = router.client();
+    const chat = conversation("unloaded");
+    const first = await chat.turn(client);
+    const home = first.replica;
+    const second = await chat.turn(client);
+    expect([second.replica, second.route]).toEqual([home, "pin"]);
+    await until(() => logRecords(router, "engine capacity learnt").some((r) => r.replica === home), `${home}'s context learnt from /api/ps`);
+    expect((await replicaStatus(router, home)).facts?.capacity).toEqual({ kvTokens: 4096, blockTokens: 1, source: "/api/ps context_length" });
+    const lost = await until(() => logRecords(router, "replica cache lost: forgetting its prefixes").find((r) => r.replica === home), `${home} unloaded and forgotten`);
+    expect(lost.reason).toBe("Ollama unloaded sim-model:latest: /api/ps lists it no more (idle past its keep_alive, or its memory went to another model), and its KV went with it");
+    const [sims, away] = [{ ollama3: ollama, ollama4: other }, home === "ollama3" ? "ollama4" : "ollama3"];
+    expect(await sims[home as keyof typeof sims].state()).toMatchObject({ model_loads: 1, model_unloads: 1 });
+    // The other was never loaded (no request went there): nothing to lose.
+    expect(await sims[away as keyof typeof sims].state()).toMatchObject({ model_loads: 0, model_unloads: 0 });
+    expect(Object.fromEntries((await status(router)).replicas.map((r) => [r.name, r.cache_losses]))).toEqual({ [home]: 1, [away]: 0 });
+    // The next turn is not pinned to a prefix the router believed cached there.
+    expect((await chat.turn(client)).route).not.toBe("pin");
+  });
+
+  it("a prompt longer than the context Ollama cuts it to: answered (Ollama drops the oldest messages), counted, and said once with the setting to raise", async () => {
+    const ollama = await startSimInProcess("ollama5", { engine: "ollama" });
+    const router = await startRouterInProcess([ollama], { toml: WATCHED_HEALTH });
+    const client = router.client();
+    await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "load it" }], max_tokens: 1 });
+    await until(() => logRecords(router, "engine capacity learnt").length > 0, "ollama5's context learnt from /api/ps");
+    // tiny: a context of 4,096 tokens; this chat is about 6,000.
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: "long chat" }];
+    for (let i = 0; i < 10; i++) messages.push({ role: "user", content: `${i} ${"word ".repeat(240)}` }, { role: "assistant", content: `${i} ${"word ".repeat(240)}` });
+    messages.push({ role: "user", content: "and now?" });
+    for (let i = 0; i < 2; i++) {
+      const answer = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 1 });
+      expect(answer.usage!.prompt_tokens).toBeLessThan(4096);
+    }
+    expect(await ollama.state()).toMatchObject({ prompts_cut: 2 });
+    const said = logRecords(router, "prompt longer than ollama5's context: raise OLLAMA_CONTEXT_LENGTH, or the model's num_ctx");
+    expect(said.map((r) => [r.level, r.context_tokens, r.context_from])).toEqual([["warn", 4096, "/api/ps context_length"]]);
+    expect(said[0]!.prompt_tokens).toBeGreaterThan(5000);
+    expect((await replicaStatus(router, "ollama5")).over_context).toBe(2);
+    expect(await metric(router, "llmroute_prompts_over_context_total")).toMatchObject([{ labels: { replica: "ollama5" }, value: 2 }]);
+  });
+});
+
 describe.concurrent("half-open recovery", () => {
   const flap = `${WATCHED_HEALTH}failures = 1\n`;
 

@@ -7,6 +7,7 @@
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
 import type { StartSimOptions } from "../../src/sim/index.ts";
+import { until } from "../helpers/wait.ts";
 import { metric, nextEnd, nextSubmit, openai, rejection, scrape, sim, state, stopAll, words } from "./_helpers.ts";
 
 afterAll(stopAll);
@@ -335,12 +336,67 @@ describe("ollama", () => {
     expect(await (await fetch(`${s.url}/`)).text()).toBe("Ollama is running");
     expect(await (await fetch(`${s.url}/api/version`)).json()).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+$/) });
     expect(((await (await fetch(`${s.url}/api/tags`)).json()) as Json).models[0]).toMatchObject({ name: "sim-model:latest", model: "sim-model:latest" });
-    expect(((await (await fetch(`${s.url}/api/ps`)).json()) as Json).models[0]).toMatchObject({ name: "sim-model:latest", context_length: 4096 });
+    // Nothing is loaded before a request asks for the model.
+    expect(await (await fetch(`${s.url}/api/ps`)).json()).toEqual({ models: [] });
     const client = openai(s);
     expect((await client.chat.completions.create({ ...chatBody("x"), model: "sim-model:latest" } as OpenAI.ChatCompletionCreateParamsNonStreaming)).model).toBe("sim-model:latest");
+    expect(((await (await fetch(`${s.url}/api/ps`)).json()) as Json).models[0]).toMatchObject({ name: "sim-model:latest", context_length: 4096 });
     expect(await rejection(client.chat.completions.create({ ...chatBody("x"), model: "llama3" } as OpenAI.ChatCompletionCreateParamsNonStreaming))).toMatchObject({
       status: 404,
       error: { message: "model 'llama3' not found", type: "not_found_error", param: null, code: null },
     });
+  });
+
+  it("unloads its model after keep_alive idle: /api/ps lists it no more and every cached prompt is gone; the next request loads it again", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama", keepAlive: 0.4 });
+    const client = openai(s);
+    const messages = [{ role: "user" as const, content: words(600, "keep-alive") }];
+    const sentAt = Date.now();
+    await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 });
+    const listed = ((await (await fetch(`${s.url}/api/ps`)).json()) as Json).models;
+    expect(listed).toHaveLength(1);
+    // expires_at: the end of the last request + keep_alive (0.4 s at time scale 1).
+    const expires = Date.parse(listed[0].expires_at);
+    expect(expires).toBeGreaterThan(sentAt + 400);
+    expect(expires).toBeLessThan(Date.now() + 400 + 50);
+    const match = async () => (await (await post(s.url, "/sim/match", { model: "sim-model", messages })).json()) as Json;
+    expect((await match()).cached_tokens).toBeGreaterThan(500);
+    await until(async () => (((await (await fetch(`${s.url}/api/ps`)).json()) as Json).models.length === 0 ? true : undefined), "the model unloaded after keep_alive");
+    expect((await match()).cached_tokens).toBe(0);
+    expect(await state(s)).toMatchObject({ model_loads: 1, model_unloads: 1 });
+    // Computed here and lost with the runner: the engine's truth is an eviction, not a new prompt.
+    const { response } = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 }).withResponse();
+    expect(response.headers.get("x-sim-prefix")).toMatch(/^cached=0; stop=evicted/);
+    expect(await state(s)).toMatchObject({ model_loads: 2, model_unloads: 1 });
+  });
+
+  it("a chat longer than the context loses its oldest messages, answered 200 as whole: the next turn's prompt starts elsewhere, and only the system prompt is found cached", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama" });
+    const client = openai(s);
+    // tiny: a 4,096-token context (one slot); eight exchanges of ~600 tokens do not fit.
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: words(300, "cut-system") }];
+    for (let i = 0; i < 8; i++) messages.push({ role: "user", content: words(300, `cut-u${i}`) }, { role: "assistant", content: words(300, `cut-a${i}`) });
+    messages.push({ role: "user", content: "and now?" });
+    const whole = (await (await post(s.url, "/sim/match", { model: "sim-model", messages: messages.slice(0, 3) })).json()) as Json;
+    const first = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 });
+    expect(first.choices[0]!.finish_reason).toBe("length");
+    expect(first.usage!.prompt_tokens).toBeLessThan(4096);
+    expect(first.usage!.prompt_tokens).toBeGreaterThan(4096 - 2 * 700);
+    expect(await state(s)).toMatchObject({ prompts_cut: 1 });
+    // One more exchange: more of the oldest messages go, so the kept part starts at another message.
+    messages.push({ role: "assistant", content: words(300, "cut-a8") }, { role: "user", content: "and then?" });
+    const { response } = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 2 }).withResponse();
+    const cached = Number(/cached=(\d+)/.exec(response.headers.get("x-sim-prefix")!)![1]);
+    expect(whole.prompt_tokens).toBeGreaterThan(cached);
+    expect(cached).toBeLessThan(400);
+    expect(await state(s)).toMatchObject({ prompts_cut: 2 });
+  });
+
+  it("keep_alive -1 keeps the model loaded for ever; a bad --keep-alive is refused", async () => {
+    const s = await sim({ ...SMALL, engine: "ollama", keepAlive: -1 });
+    await openai(s).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 1 });
+    const listed = ((await (await fetch(`${s.url}/api/ps`)).json()) as Json).models;
+    expect(Date.parse(listed[0].expires_at)).toBeGreaterThan(Date.now() + 100 * 365 * 24 * 3600 * 1000);
+    expect(await rejection(sim({ ...SMALL, engine: "ollama", keepAlive: -2 }))).toMatchObject({ message: expect.stringContaining("keep-alive") });
   });
 });

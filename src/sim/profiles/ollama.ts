@@ -22,8 +22,10 @@
  * - no /metrics and no /health: routes.go `GenerateRoutes` has `GET /` ("Ollama is running"),
  *   `/api/version`, `/api/tags`, `/api/ps` (with each loaded model's `context_length`);
  *   anything else is gin's plain-text "404 page not found".
- * - a prompt longer than the context is truncated by Ollama (chat history trimmed to
- *   num_ctx); the sim refuses it with a 400 instead (it does not model truncation).
+ * - a chat longer than the context loses its oldest messages until the rest fits (system
+ *   messages and the last one kept: server/prompt.go chatPrompt), as Ollama does; what still
+ *   does not fit, and a raw completions prompt, Ollama's runner cuts again — the sim refuses
+ *   those with a 400 instead.
  * - KV: GGUF models run on llama-server (commit 9db4bdbad "use llama-server exclusively for
  *   GGML models"; the old runner/ollamarunner/cache.go is gone), so the replica runs on the
  *   slot engine (slots.ts) with the flags Ollama starts it with — llm/llama_server.go
@@ -146,9 +148,13 @@ export const ollamaProfile: EngineProfile = {
     return requested;
   },
   streamUsage: (so) => isRecord(so) && so.include_usage === true,
+  // server/prompt.go chatPrompt: a chat longer than num_ctx loses its oldest messages until the
+  // rest fits; the system messages and the last message are kept ("truncating input messages
+  // which exceed context length"), answered 200 as if whole.
+  cutsChatToContext: true,
   contextError(promptTokens, maxTokens, limit) {
     if (promptTokens >= limit || (maxTokens !== undefined && promptTokens + maxTokens > limit)) {
-      return new ApiError(400, `the sim does not truncate: prompt of ${promptTokens} tokens${maxTokens === undefined ? "" : ` + ${maxTokens}`} exceeds the context (${limit} tokens)`);
+      return new ApiError(400, `the sim does not cut a prompt further than whole messages: prompt of ${promptTokens} tokens${maxTokens === undefined ? "" : ` + ${maxTokens}`} exceeds the context (${limit} tokens)`);
     }
     return undefined;
   },
@@ -170,6 +176,10 @@ export const ollamaProfile: EngineProfile = {
       return Response.json({ models: [{ name, model: name, modified_at: startedAt, size: 4_683_087_332, digest: "sim", details }] }, { headers });
     }
     if (path === "/api/ps") {
+      // server/routes.go PsHandler: the loaded runners only (residency.ts): none before a
+      // request loads the model, none once keep_alive has unloaded it.
+      const expiresAt = replica.resident?.expiresAt();
+      if (expiresAt === undefined) return Response.json({ models: [] }, { headers });
       return Response.json(
         {
           models: [
@@ -179,7 +189,7 @@ export const ollamaProfile: EngineProfile = {
               size: 4_683_087_332,
               digest: "sim",
               details,
-              expires_at: new Date(Date.now() + 5 * 60_000).toISOString(),
+              expires_at: new Date(expiresAt).toISOString(),
               size_vram: 4_683_087_332,
               context_length: replica.contextLimit,
             },

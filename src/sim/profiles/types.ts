@@ -83,6 +83,8 @@ export interface ReplicaView {
   readonly startedAtMonotonicUs: bigint;
   /** The most tokens one request may hold (prompt + completion): llama.cpp's n_ctx per slot, else max_model_len. */
   readonly contextLimit: number;
+  /** ollama: whether its model is loaded, as `expires_at` (Unix ms) or undefined (residency.ts). */
+  readonly resident?: { expiresAt(): number | undefined };
 }
 
 /** How a Responses API `previous_response_id` is treated. */
@@ -119,6 +121,12 @@ export interface EngineProfile {
   streamUsage(streamOptions: unknown): boolean;
   /** The error for a prompt (or prompt + max_tokens) that does not fit; undefined = not refused. */
   contextError(promptTokens: number, maxTokens: number | undefined, limit: number): ApiError | undefined;
+  /**
+   * A chat longer than the context loses its oldest messages until the rest fits (the system
+   * messages and the last one are kept) instead of being refused (Ollama); what is left is
+   * then checked by `contextError`.
+   */
+  readonly cutsChatToContext?: boolean;
   /** An error in this engine's JSON (OpenAI-shaped endpoints). */
   errorResponse(error: ApiError, headers: Record<string, string>): Response;
   /** The frames that end a stream whose request failed in the engine; undefined: the connection drops. */
