@@ -216,6 +216,14 @@ export function missingFacts(facts: EngineFacts, configured: { kvTokens: number 
       out.push({ what: `${profile.label} reports no cached tokens`, fix: "none: the router relies on its own index and the time to first token" });
     }
   }
+  // A context Ollama lists is one request's, and its RAM prompt cache holds more: no bound.
+  const perRequest = facts.capacity && profile?.ramPromptCache && !facts.capacity.slots ? facts.capacity : undefined;
+  if (perRequest && !(configured.kvTokens > 0)) {
+    out.push({
+      what: `KV capacity unknown: ${perRequest.source} gives one request's context (${perRequest.kvTokens.toLocaleString("en-US")}), no bound on the card's KV`,
+      fix: "set kv_tokens in router.toml for capacity warnings",
+    });
+  }
   if (!facts.capacity && !(configured.kvTokens > 0)) {
     out.push({
       what: "KV capacity unknown: the index's view of the card is bounded only by the evidence of misses",

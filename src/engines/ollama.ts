@@ -55,10 +55,11 @@ export const OLLAMA: EngineProfile = {
   // the expired runner is unloaded, its llama-server process stopped (llm/server.go Close) —
   // and so is one evicted to make room for another model: its KV and RAM prompt cache with it.
   resident: { path: "/api/ps", read: ollamaResident },
-  // server/prompt.go chatPrompt: a chat longer than num_ctx loses its oldest messages (the
-  // system messages and the last one are kept) until the rest fits ("truncating input messages
-  // which exceed context length"), answered 200 as if whole. num_ctx: OLLAMA_CONTEXT_LENGTH
-  // (envconfig/config.go ContextLength) or the model's num_ctx parameter.
+  // server/prompt.go chatPrompt: with truncate on (the request's `truncate`, on by default), a
+  // chat longer than num_ctx loses its oldest messages (the system messages and the last one are
+  // kept) until the rest fits ("truncating input messages which exceed context length"),
+  // answered 200 as if whole. num_ctx: OLLAMA_CONTEXT_LENGTH (envconfig/config.go
+  // ContextLength) or the model's num_ctx parameter.
   cutsLongPrompts: {
     how: "Ollama drops the oldest messages until the rest fits (server/prompt.go chatPrompt): the prompt starts differently every turn, so its cache cannot be reused, and the model never sees the start",
     fix: "raise OLLAMA_CONTEXT_LENGTH, or the model's num_ctx",
@@ -67,8 +68,9 @@ export const OLLAMA: EngineProfile = {
 
 /**
  * Ollama's GET /api/ps: api/types.go ProcessResponse{models: [ProcessModelResponse{name, model,
- * …, expires_at, context_length}]}. context_length is llm/server.go ContextLength(), the
- * runner's options.NumCtx: one request's context (the KV holds OLLAMA_NUM_PARALLEL of them).
+ * …, expires_at, context_length}]}. server/routes.go PsHandler fills context_length from the
+ * loaded runner's ContextLength(), its options.NumCtx: one request's context (llama-server
+ * is started with -c num_ctx × numParallel: llm/llama_server.go startLlamaServer).
  */
 export function ollamaResident(body: unknown): ResidentModel[] | undefined {
   const models = body && typeof body === "object" ? (body as { models?: unknown }).models : undefined;

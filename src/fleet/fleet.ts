@@ -121,12 +121,16 @@ export class Replica {
   counters?: CacheCounters;
   /** Prompt tokens and seconds the engine reported prefilling at the last scrape (llama.cpp). */
   prefillCounters?: { tokens: number; seconds: number };
-  /**
-   * The models the engine held in memory at the last look (Ollama /api/ps), each with when it
-   * would unload if left idle (Unix ms); whether nothing of this router's was running then; and
-   * when this router next sent it a request.
-   */
-  resident?: { models: Map<string, number | undefined>; idle: boolean; sentAt?: number };
+  /** The models the engine held in memory at the last look (Ollama /api/ps). */
+  resident?: ResidentLook;
+  /** Looks at them asked and read: an answer older than the last one read is dropped. */
+  residentAsked = 0;
+  residentRead = 0;
+  /** The model names this router sent generation requests for here: an unload of another one loses none of its cache. */
+  readonly requestedModels = new Set<string>();
+  /** How many requests this router sent here, and when the latest ones went (newest last, at most DISPATCH_TIMES). */
+  dispatches = 0;
+  readonly dispatchTimes: number[] = [];
   /** The KV the router believes this card holds, in tokens (starting belief bounded by evidence); undefined = unknown. */
   kvBelief?: number;
   /** Commit times of the requests running here (a slotted engine's busy slots). */
@@ -292,7 +296,6 @@ export class Replica {
   /** A request committed at `at` was sent here / has ended here. */
   began(at: number): void {
     this.runningCommits.set(at, (this.runningCommits.get(at) ?? 0) + 1);
-    if (this.resident && this.resident.sentAt === undefined) this.resident.sentAt = at;
   }
 
   ended(at: number): void {
@@ -357,8 +360,28 @@ export class Replica {
   }
 }
 
-/** An engine's unload time is read against this router's clock: a second's slack for the clocks and the engine's timer. */
-const UNLOAD_MARGIN_MS = 1000;
+/**
+ * One look at the models an engine holds in memory: per name, its context and when it would
+ * unload if left idle — as the engine wrote it (`expiresRaw`) and on this router's clock
+ * (`expiresAt`, moved by the engine's `Date` header) — with when the look was asked, whether
+ * nothing of this router's ran there then, and how many requests it had sent there.
+ */
+export interface ResidentLook {
+  at: number;
+  idle: boolean;
+  dispatches: number;
+  models: Map<string, { contextLength?: number; expiresRaw?: number; expiresAt?: number }>;
+}
+
+/**
+ * Slack when an engine's unload time is compared with this router's clock: its `Date` header
+ * counts whole seconds, and the request to read it takes some time.
+ */
+const UNLOAD_MARGIN_MS = 2000;
+/** Send times kept per replica to tell whether one went between two looks. */
+const DISPATCH_TIMES = 64;
+/** The endpoints that send a prompt for a model to generate from (an embedding input is not cut the same way). */
+const GENERATING = new Set(["chat", "completions", "responses", "messages"]);
 
 export interface FleetOptions {
   fetch?: FetchLike;
@@ -700,7 +723,9 @@ export class Fleet {
       replica.discovered = true;
     }
     const before = replica.facts;
-    replica.facts = { ...found.facts, cachedTokensSeen: before?.cachedTokensSeen ?? false };
+    // A context learnt from a loaded model stays known while none is loaded.
+    const kept = !found.facts.capacity && before?.family === found.facts.family && before?.capacity?.source.endsWith(" context_length") ? { capacity: before.capacity } : {};
+    replica.facts = { ...found.facts, ...kept, cachedTokensSeen: before?.cachedTokensSeen ?? false };
     if (!before || before.family !== found.facts.family || before.capacity?.kvTokens !== found.facts.capacity?.kvTokens) {
       this.options.log.info("engine discovered", {
         replica: replica.name,
@@ -714,7 +739,7 @@ export class Fleet {
         metrics: found.facts.metrics.state === "ok" ? found.facts.metrics.path : found.facts.metrics.state,
       });
     }
-    if (found.resident) this.absorbResident(replica, found.resident);
+    if (replica.profile?.resident) await this.readResident(replica, replica.profile.resident);
     if (found.scrape) this.absorb(replica, found.scrape, found.startToken);
     else {
       replica.engine = undefined;
@@ -724,54 +749,85 @@ export class Fleet {
   }
 
   /**
-   * A prompt of about `tokens` goes to `replica`. Longer than the context its engine cuts
-   * prompts to (Ollama's num_ctx, from /api/ps), it is counted, and said once per replica: no
-   * routing makes a cut prompt's cache hit. (5 % of slack for the router's token estimate.)
-   * True when the engine will cut it: its usage then counts what was kept, not the prompt.
+   * A request of about `tokens` prompt tokens for `model` goes to `replica` now. Longer than
+   * the context its engine cuts prompts to (Ollama's num_ctx for that model, from /api/ps),
+   * it is counted and said once per replica: no routing makes a cut prompt's cache hit (5 %
+   * of slack for the router's estimate). True when the engine may have cut it (from 80 % of
+   * the context): its usage then counts what was kept, which must not teach the router the
+   * engine's tokenisation.
    */
-  promptSent(replica: Replica, tokens: number): boolean {
+  promptSent(replica: Replica, request: { tokens: number; model: string | undefined; endpoint: string }): boolean {
+    replica.dispatches++;
+    replica.dispatchTimes.push(this.now());
+    if (replica.dispatchTimes.length > DISPATCH_TIMES) replica.dispatchTimes.shift();
+    if (request.model !== undefined) replica.requestedModels.add(request.model);
     const cut = replica.profile?.cutsLongPrompts;
-    const context = replica.facts?.capacity?.kvTokens;
-    if (!cut || !context || tokens <= context * 1.05) return false;
-    if (replica.overContext++ > 0) return true;
+    if (!cut || request.model === undefined || !GENERATING.has(request.endpoint)) return false;
+    const context = [...(replica.resident?.models ?? [])].find(([name]) => this.sameModel(replica, request.model!, name))?.[1].contextLength;
+    if (!context || request.tokens < 0.8 * context) return false;
+    if (request.tokens <= 1.05 * context || replica.overContext++ > 0) return true;
     this.options.log.warn(`prompt longer than ${replica.name}'s context: ${cut.fix}`, {
       replica: replica.name,
-      prompt_tokens: Math.round(tokens),
+      model: request.model,
+      prompt_tokens: Math.round(request.tokens),
       context_tokens: context,
-      context_from: replica.facts!.capacity!.source,
+      context_from: `${replica.profile!.resident?.path ?? "the engine"} context_length`,
       detail: cut.how,
     });
     return true;
   }
 
+  private sameModel(replica: Replica, requested: string, listed: string): boolean {
+    return requested === listed || replica.profile?.sameModel?.(requested, listed) === true;
+  }
+
   /** Ask the engine which models it holds in memory (Ollama /api/ps); no answer changes nothing. */
   private async readResident(replica: Replica, resident: NonNullable<EngineProfile["resident"]>): Promise<void> {
+    const seq = ++replica.residentAsked;
+    const at = this.now();
+    const idle = replica.inflight === 0;
+    const dispatches = replica.dispatches;
     let models: ResidentModel[] | undefined;
+    let offset = 0;
     try {
       const res = await this.fetch(`${replica.config.url}${resident.path}`, {
         headers: authHeaders(replica.config),
         signal: AbortSignal.timeout(this.options.healthTimeoutMs),
       });
-      models = res.status === 200 ? resident.read(await res.json()) : (await res.body?.cancel(), undefined);
+      if (res.status !== 200) {
+        await res.body?.cancel();
+        return;
+      }
+      models = resident.read(await res.json());
+      // The engine's clock, as its Date header says, onto this router's (whole seconds).
+      const date = Date.parse(res.headers.get("date") ?? "");
+      if (Number.isFinite(date)) offset = at - date;
     } catch {
       return;
     }
-    if (models) this.absorbResident(replica, models);
+    // Checks of one replica may overlap (the interval's, a down replica's re-check, a reload's).
+    if (!models || seq < replica.residentRead) return;
+    replica.residentRead = seq;
+    this.absorbResident(replica, models, { at, idle, dispatches, offset });
   }
 
   /**
-   * One look at the models the engine holds in memory. A model no longer listed was unloaded
-   * (Ollama: idle past keep_alive, or its memory went to another model), and its KV with it.
-   * One listed again with a new expiry, whose old one passed while nothing of this router's
-   * ran there, was unloaded and loaded again between two looks. (Another client's request
-   * just before that expiry would keep it loaded and read as an unload here: the router then
-   * forgets prefixes the card still held, which costs hits, never a wrong answer.) The context
-   * a loaded model reports is the replica's published KV when it has none.
+   * One look at the models the engine holds in memory. A model this router sent requests for
+   * that is no longer listed was unloaded (Ollama: idle past keep_alive, or its memory went to
+   * another model), and its KV with it. One listed again with a new expiry, whose old one
+   * passed while nothing of this router's ran there, was unloaded and loaded again between two
+   * looks — unless that expiry had already passed at the earlier look (a runner busy with
+   * another client's request keeps its old expiry until that request ends). Another client's
+   * request that began just before the expiry kept the model loaded, and reads as an unload
+   * here: the router then forgets prefixes the card still held, which costs hits, never a
+   * wrong answer. The largest context listed is the replica's published KV.
    */
-  private absorbResident(replica: Replica, models: ResidentModel[]): void {
+  private absorbResident(replica: Replica, models: ResidentModel[], look: { at: number; idle: boolean; dispatches: number; offset: number }): void {
     const before = replica.resident;
-    const listed = new Map(models.map((m) => [m.name, m.expiresAt]));
-    replica.resident = { models: listed, idle: replica.inflight === 0 };
+    const listed: ResidentLook["models"] = new Map(
+      models.map((m) => [m.name, { contextLength: m.contextLength, expiresRaw: m.expiresAt, expiresAt: m.expiresAt === undefined ? undefined : m.expiresAt + look.offset }]),
+    );
+    replica.resident = { at: look.at, idle: look.idle, dispatches: look.dispatches, models: listed };
     const path = replica.profile?.resident?.path ?? "/api/ps";
     const capacity = residentCapacity(models, path);
     if (replica.facts && capacity && (!replica.facts.capacity || (replica.facts.capacity.source === capacity.source && replica.facts.capacity.kvTokens !== capacity.kvTokens))) {
@@ -779,17 +835,30 @@ export class Fleet {
       this.options.log.info("engine capacity learnt", { replica: replica.name, kv_tokens: capacity.kvTokens, kv_from: capacity.source });
     }
     if (!before) return;
+    const ours = (name: string) => [...replica.requestedModels].some((requested) => this.sameModel(replica, requested, name));
     const label = replica.profile?.label ?? "the engine";
-    const gone = [...before.models.keys()].filter((name) => !listed.has(name));
+    const gone = [...before.models.keys()].filter((name) => !listed.has(name) && ours(name));
     if (gone.length > 0) {
       this.loseCache(replica, `${label} unloaded ${gone.join(", ")}: ${path} lists it no more (idle past its keep_alive, or its memory went to another model), and its KV went with it`, false);
       return;
     }
-    const lapsedBy = before.sentAt ?? this.now();
-    const reloaded = before.idle ? [...before.models].filter(([name, expires]) => expires !== undefined && listed.get(name) !== expires && expires + UNLOAD_MARGIN_MS < lapsedBy) : [];
-    if (reloaded.length > 0) {
-      const [name, expires] = reloaded[0]!;
-      this.loseCache(replica, `${label} unloaded and loaded again ${name}: its keep_alive ran out at ${new Date(expires!).toISOString()} with no request of this router running there (${path})`, false);
+    if (!before.idle) return;
+    // When this router's first request after the earlier look went (more than it keeps: unknown).
+    const since = replica.dispatches - before.dispatches;
+    if (since > replica.dispatchTimes.length) return;
+    const lapsedBy = since > 0 ? replica.dispatchTimes[replica.dispatchTimes.length - since]! : look.at;
+    const reloaded = [...before.models].find(
+      ([name, m]) =>
+        ours(name) &&
+        m.expiresAt !== undefined &&
+        m.expiresAt > before.at + UNLOAD_MARGIN_MS &&
+        listed.has(name) &&
+        listed.get(name)!.expiresRaw !== m.expiresRaw &&
+        m.expiresAt + UNLOAD_MARGIN_MS < lapsedBy,
+    );
+    if (reloaded) {
+      const [name, m] = reloaded;
+      this.loseCache(replica, `${label} unloaded and loaded again ${name}: its keep_alive ran out at ${new Date(m.expiresRaw!).toISOString()} with no request of this router running there (${path})`, false);
     }
   }
 

@@ -355,7 +355,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica.inflight++;
     replica.began(decided.committedAt);
     // Longer than the context its engine cuts prompts to: the usage will count what was kept.
-    const cutByEngine = fleet.promptSent(replica, tokens);
+    const cutByEngine = fleet.promptSent(replica, { tokens, model: ctx.shape.model, endpoint: ctx.shape.endpoint });
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
     // Followed to its end only where requests wait for a slot (EngineProfile.servingSlots).

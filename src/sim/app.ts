@@ -225,6 +225,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     faults.clear();
     counters = zeroCounters();
     promptsCut = 0;
+    residency?.reset();
   }
 
   async function readJson(request: Request): Promise<unknown> {
@@ -269,18 +270,22 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (!profile.cutsChatToContext || endpoint !== "/v1/chat/completions" || !isRecord(body) || !Array.isArray(body.messages)) return { parsed, cut: 0 };
     if (engine.tokenizer.count(parsed.prompt) < limit) return { parsed, cut: 0 };
     const messages: unknown[] = body.messages;
+    if (messages.length < 2) return { parsed, cut: 0 };
     const from = (i: number) => {
       const system = messages.slice(0, i).filter((m) => isRecord(m) && m.role === "system");
       return parseRequest(endpoint, { ...body, messages: [...system, ...messages.slice(i)] }, undefined, options.template);
     };
-    let kept = parsed;
-    let i = 1;
-    for (; i < messages.length; i++) {
-      kept = from(i);
-      if (engine.tokenizer.count(kept.prompt) < limit) break;
+    // The fewest dropped that fit (dropping more only shortens it, so a binary search finds
+    // what chatPrompt's scan finds); the last message is kept whatever its length.
+    let low = 1;
+    let high = messages.length - 1;
+    while (low < high) {
+      const mid = (low + high) >> 1;
+      if (engine.tokenizer.count(from(mid).prompt) < limit) high = mid;
+      else low = mid + 1;
     }
-    const dropped = messages.slice(0, Math.min(i, messages.length - 1)).filter((m) => !(isRecord(m) && m.role === "system")).length;
-    return { parsed: kept, cut: dropped };
+    const dropped = messages.slice(0, low).filter((m) => !(isRecord(m) && m.role === "system")).length;
+    return { parsed: from(low), cut: dropped };
   }
 
   /** The stall fault: true when it is over (its time passed, or stall_ms was cleared), false if the client left. */

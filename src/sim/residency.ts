@@ -47,6 +47,14 @@ export class Residency {
     this.unloads++;
   }
 
+  /** As at start: not loaded, nothing counted (the engine's own reset empties its cache). */
+  reset(): void {
+    this.loaded = false;
+    this.lastEnd = undefined;
+    this.loads = 0;
+    this.unloads = 0;
+  }
+
   /** A request for the model arrives: loaded if it was not. */
   use(): void {
     this.settle();

@@ -50,7 +50,10 @@ describe("llmroute check --probe", () => {
     expect(o).toContain("  health     /api/version: HTTP 200 (/health answered 404: Ollama has none, so the router checks /api/version)");
     // Its context is listed once the probe's request has loaded the model (tiny: 4,096).
     expect(o).toContain("  KV         4,096 tokens (/api/ps context_length), blocks of 1: one request's context; a longer chat is cut (raise OLLAMA_CONTEXT_LENGTH, or the model's num_ctx)");
-    expect(o.filter((l) => l.startsWith("  missing"))).toEqual(["  missing    Ollama reports no cached tokens"]);
+    expect(o.filter((l) => l.startsWith("  missing"))).toEqual([
+      "  missing    Ollama reports no cached tokens",
+      "  missing    KV capacity unknown: /api/ps context_length gives one request's context (4,096), no bound on the card's KV",
+    ]);
 
     const w = block(stdout, "wrong");
     expect(w).toContain("  health     /healthz: HTTP 404: the router keeps this replica down until it answers 200 (health_path sets the path)");

@@ -116,7 +116,11 @@ describe("discovery, per family", () => {
     const d = await discoverEngine({ url: "http://ollama", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
     expect(d.facts.capacity).toEqual({ kvTokens: 8192, blockTokens: 1, source: "/api/ps context_length" });
     expect(d.resident).toEqual([{ name: "qwen3:latest", contextLength: 8192, expiresAt: Date.parse("2026-12-03T06:00:00.5Z") }]);
-    expect(missingFacts(d.facts, { kvTokens: 0 }).map((m) => m.what)).toEqual(["Ollama reports no cached tokens"]);
+    expect(missingFacts(d.facts, { kvTokens: 0 }).map((m) => [m.what, m.fix])).toEqual([
+      ["Ollama reports no cached tokens", "none: the router relies on its own index and the time to first token"],
+      ["KV capacity unknown: /api/ps context_length gives one request's context (8,192), no bound on the card's KV", "set kv_tokens in router.toml for capacity warnings"],
+    ]);
+    expect(missingFacts(d.facts, { kvTokens: 122_636 }).map((m) => m.what)).toEqual(["Ollama reports no cached tokens"]);
   });
 
   it("metrics = false: /metrics is never asked", async () => {

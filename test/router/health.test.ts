@@ -208,6 +208,7 @@ describe.concurrent("Ollama's loaded model (/api/ps)", () => {
     const client = router.client();
     await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "load it" }], max_tokens: 1 });
     await until(() => logRecords(router, "engine capacity learnt").length > 0, "ollama5's context learnt from /api/ps");
+    const charsPerToken = (await replicaStatus(router, "ollama5")).chars_per_token;
     // tiny: a context of 4,096 tokens; this chat is about 6,000.
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: "long chat" }];
     for (let i = 0; i < 10; i++) messages.push({ role: "user", content: `${i} ${"word ".repeat(240)}` }, { role: "assistant", content: `${i} ${"word ".repeat(240)}` });
@@ -221,6 +222,8 @@ describe.concurrent("Ollama's loaded model (/api/ps)", () => {
     expect(said.map((r) => [r.level, r.context_tokens, r.context_from])).toEqual([["warn", 4096, "/api/ps context_length"]]);
     expect(said[0]!.prompt_tokens).toBeGreaterThan(5000);
     expect((await replicaStatus(router, "ollama5")).over_context).toBe(2);
+    // Their usage counted what Ollama kept (under 4,096 of ~6,000): not learnt as the engine's tokenisation.
+    expect((await replicaStatus(router, "ollama5")).chars_per_token).toBe(charsPerToken);
     expect(await metric(router, "llmroute_prompts_over_context_total")).toMatchObject([{ labels: { replica: "ollama5" }, value: 2 }]);
   });
 });

@@ -390,6 +390,11 @@ describe("ollama", () => {
     expect(whole.prompt_tokens).toBeGreaterThan(cached);
     expect(cached).toBeLessThan(400);
     expect(await state(s)).toMatchObject({ prompts_cut: 2 });
+    // chatPrompt measures the prompt alone: a max_tokens beyond the room left is not refused,
+    // the answer stops at the context's end.
+    const long = await client.chat.completions.create({ model: "sim-model", messages, max_tokens: 5000 });
+    expect(long.choices[0]!.finish_reason).toBe("length");
+    expect(long.usage!.prompt_tokens + long.usage!.completion_tokens).toBeLessThanOrEqual(4096);
   });
 
   it("keep_alive -1 keeps the model loaded for ever; a bad --keep-alive is refused", async () => {

@@ -152,11 +152,11 @@ export const ollamaProfile: EngineProfile = {
   // rest fits; the system messages and the last message are kept ("truncating input messages
   // which exceed context length"), answered 200 as if whole.
   cutsChatToContext: true,
-  contextError(promptTokens, maxTokens, limit) {
-    if (promptTokens >= limit || (maxTokens !== undefined && promptTokens + maxTokens > limit)) {
-      return new ApiError(400, `the sim does not cut a prompt further than whole messages: prompt of ${promptTokens} tokens${maxTokens === undefined ? "" : ` + ${maxTokens}`} exceeds the context (${limit} tokens)`);
-    }
-    return undefined;
+  // chatPrompt measures the prompt alone against num_ctx, and llama-server stops a generation
+  // at the slot's context end: a max_tokens beyond it is not refused (finish_reason "length").
+  contextError(promptTokens, _maxTokens, limit) {
+    if (promptTokens < limit) return undefined;
+    return new ApiError(400, `the sim does not cut a prompt further than whole messages: prompt of ${promptTokens} tokens exceeds the context (${limit} tokens)`);
   },
   notFound: (headers) => ollamaNotFound(headers),
   errorResponse(e, headers) {
