@@ -378,6 +378,8 @@ export interface ResidentLook {
  * counts whole seconds, and the request to read it takes some time.
  */
 const UNLOAD_MARGIN_MS = 2000;
+/** Model names kept per replica as ones this router sent requests for. */
+const MODELS_KEPT = 256;
 /** Send times kept per replica to tell whether one went between two looks. */
 const DISPATCH_TIMES = 64;
 /** The endpoints that send a prompt for a model to generate from (an embedding input is not cut the same way). */
@@ -760,7 +762,8 @@ export class Fleet {
     replica.dispatches++;
     replica.dispatchTimes.push(this.now());
     if (replica.dispatchTimes.length > DISPATCH_TIMES) replica.dispatchTimes.shift();
-    if (request.model !== undefined) replica.requestedModels.add(request.model);
+    // Only where unloads are read (Ollama checks names: an unknown one is a 404), and bounded.
+    if (request.model !== undefined && replica.profile?.resident && replica.requestedModels.size < MODELS_KEPT) replica.requestedModels.add(request.model);
     const cut = replica.profile?.cutsLongPrompts;
     if (!cut || request.model === undefined || !GENERATING.has(request.endpoint)) return false;
     const context = [...(replica.resident?.models ?? [])].find(([name]) => this.sameModel(replica, request.model!, name))?.[1].contextLength;

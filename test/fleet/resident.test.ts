@@ -15,8 +15,11 @@ import { kvView } from "../../src/ops/telemetry.ts";
 const T0 = Date.parse("2026-12-03T06:00:00Z");
 const model = (expiresAt: number, context = 8192, name = "qwen3:latest") => ({ name, model: name, size: 1, size_vram: 1, expires_at: new Date(expiresAt).toISOString(), context_length: context });
 
-/** One Ollama replica behind a scripted fetch; `look` sets what /api/ps lists and runs a health check. */
-function ollama(kvTokens = 0) {
+/**
+ * One Ollama replica behind a scripted fetch, up and recognised (a first look, with nothing
+ * loaded, 20 min before T0); `look` sets what /api/ps lists and runs a health check.
+ */
+async function ollama(kvTokens = 0) {
   const log = memoryLog();
   const lost: string[] = [];
   let ps: unknown = [];
@@ -43,6 +46,8 @@ function ollama(kvTokens = 0) {
   const config: ReplicaConfig = { name: "o", url: "http://127.0.0.1:1", kv_tokens: kvTokens, models: [], health_path: "/api/version" };
   const fleet = new Fleet([config], { log, fetch, now: () => now, healthPath: "/health", healthTimeoutMs: 100, failures: 3, onCacheLost: (_r, reason) => lost.push(reason) });
   const a = fleet.replicas[0]!;
+  now = T0 - 1_200_000;
+  await fleet.check(a);
   return {
     fleet,
     log,
@@ -74,7 +79,7 @@ const UNLOADED = "Ollama unloaded qwen3:latest: /api/ps lists it no more (idle p
 
 describe("an engine's loaded models (Ollama /api/ps)", () => {
   it("nothing loaded at start: no capacity; the first look with the model loaded gives its context as the replica's published KV, no bound on it", async () => {
-    const o = ollama();
+    const o = await ollama();
     await o.look(T0, []);
     expect(o.a.facts).toMatchObject({ family: "ollama" });
     expect(o.a.facts!.capacity).toBeUndefined();
@@ -87,7 +92,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("a kv_tokens above that context is no contradiction: one request's context, and the RAM prompt cache holds more", async () => {
-    const o = ollama(122_636);
+    const o = await ollama(122_636);
     await o.look(T0, [model(T0 + 300_000, 4096)]);
     expect(kvView(o.a, {})).toMatchObject({ configured: 122_636, published: { tokens: 4096, from: "/api/ps context_length" } });
     expect(kvView(o.a, {}).contradiction).toBeUndefined();
@@ -95,7 +100,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("a model this router sent requests for, no longer listed, was unloaded: its prefixes are forgotten once", async () => {
-    const o = ollama();
+    const o = await ollama();
     await o.look(T0, [model(T0 + 300_000)]);
     o.send(T0 + 500);
     await o.look(T0 + 1000, [model(T0 + 301_000)]);
@@ -108,7 +113,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("another model unloading (an embedding model beside the chat one) loses nothing", async () => {
-    const o = ollama();
+    const o = await ollama();
     await o.look(T0, [model(T0 + 300_000), model(T0 + 60_000, 512, "nomic-embed-text:latest")]);
     o.send(T0 + 500);
     await o.look(T0 + 61_000, [model(T0 + 300_000)]);
@@ -116,7 +121,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("unloaded and loaded again between two looks: the old expiry passed while nothing of this router's ran there", async () => {
-    const o = ollama();
+    const o = await ollama();
     o.send(T0 - 10_000);
     await o.look(T0, [model(T0 + 300_000)]);
     // The router's next request went at T0 + 400 s, after the expiry: Ollama had unloaded by then.
@@ -126,7 +131,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("the expiry is read on this router's clock through the engine's Date header: an engine clock 30 s behind is no unload", async () => {
-    const o = ollama();
+    const o = await ollama();
     o.send(T0 - 10_000);
     // The engine's clock says T0 - 30 s when the router's says T0: its expiry T0 + 270 s is the router's T0 + 300 s.
     await o.look(T0, [model(T0 + 270_000)], T0 - 30_000);
@@ -136,14 +141,14 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("a new expiry is no unload when this router sent a request before the old one passed, had one running at the last look, or the old one had already passed then", async () => {
-    const sentBefore = ollama();
+    const sentBefore = await ollama();
     sentBefore.send(T0 - 10_000);
     await sentBefore.look(T0, [model(T0 + 300_000)]);
     sentBefore.send(T0 + 299_000);
     await sentBefore.look(T0 + 400_000, [model(T0 + 700_000)]);
     expect(sentBefore.lost).toEqual([]);
 
-    const running = ollama();
+    const running = await ollama();
     running.send(T0 - 10_000);
     running.a.inflight = 1;
     await running.look(T0, [model(T0 + 300_000)]);
@@ -152,14 +157,14 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
     expect(running.lost).toEqual([]);
 
     // Another client's request keeps a runner busy: its expiry stays the old one, already past.
-    const stale = ollama();
+    const stale = await ollama();
     stale.send(T0 - 400_000);
     await stale.look(T0, [model(T0 - 10_000)]);
     await stale.look(T0 + 60_000, [model(T0 + 360_000)]);
     expect(stale.lost).toEqual([]);
 
     // The same expiry at a later look: still loaded (its timer has not fired yet, or just did).
-    const same = ollama();
+    const same = await ollama();
     same.send(T0 - 10_000);
     await same.look(T0, [model(T0 + 300_000)]);
     await same.look(T0 + 300_500, [model(T0 + 300_000)]);
@@ -167,7 +172,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("an answer older than the last one read is dropped (checks of one replica overlap): one unload is one loss", async () => {
-    const o = ollama();
+    const o = await ollama();
     o.send(T0 - 10_000);
     await o.look(T0, [model(T0 + 300_000)]);
     // A check asks while the model is still listed; its answer comes late.
@@ -182,7 +187,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("an /api/ps that does not answer a list changes nothing", async () => {
-    const o = ollama();
+    const o = await ollama();
     o.send(T0 - 10_000);
     await o.look(T0, [model(T0 + 300_000)]);
     await o.look(T0 + 1000, "not a list");
@@ -192,7 +197,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
   });
 
   it("a prompt against its model's context: from 80 % the engine may cut it (not learnt from), beyond 105 % counted and said once", async () => {
-    const o = ollama();
+    const o = await ollama();
     await o.look(T0, [model(T0 + 300_000, 8192), model(T0 + 300_000, 512, "nomic-embed-text:latest")]);
     expect(o.send(T0 + 1, 6000)).toBe(false);
     expect(o.send(T0 + 2, 7000)).toBe(true);
