@@ -64,6 +64,8 @@ export interface Discovery {
   startToken?: string;
   /** The models the engine holds in memory (Ollama /api/ps), when it lists them. */
   resident?: ResidentModel[];
+  /** The engine's clock when it listed them (its Date header, Unix ms). */
+  residentDate?: number;
 }
 
 interface Got {
@@ -148,8 +150,8 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
     }
   }
   // Ollama lists each loaded model's context in /api/ps (none before a request loads one).
-  const resident = profile?.resident ? profile.resident.read(json(await get(fetchFn, `${url}${profile.resident.path}`, headers, timeoutMs))) : undefined;
-  if (profile?.resident) capacity ??= residentCapacity(resident, profile.resident.path);
+  const resident = profile?.resident ? await askResident(fetchFn, url, headers, timeoutMs, profile.resident) : undefined;
+  if (profile?.resident) capacity ??= residentCapacity(resident?.models, profile.resident.path);
   const facts: EngineFacts = {
     ...(detected ? { family: detected.family, familyFrom: detected.from } : {}),
     ...(version ? { version } : {}),
@@ -167,8 +169,27 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
     ...(scraped.metrics ? { scrape: scraped.metrics } : {}),
     ...(reading ? { reading } : {}),
     ...(startToken ? { startToken } : {}),
-    ...(resident ? { resident } : {}),
+    ...(resident ? { resident: resident.models } : {}),
+    ...(resident?.date !== undefined ? { residentDate: resident.date } : {}),
   };
+}
+
+/**
+ * The models the engine holds in memory now (Ollama GET /api/ps), with the engine's clock from
+ * the answer's Date header (whole seconds) to read their expiry by; undefined: no list.
+ */
+export async function askResident(
+  fetchFn: FetchLike,
+  url: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+  resident: NonNullable<EngineProfile["resident"]>,
+): Promise<{ models: ResidentModel[]; date?: number } | undefined> {
+  const got = await get(fetchFn, `${url}${resident.path}`, headers, timeoutMs);
+  const models = resident.read(json(got));
+  if (!models) return undefined;
+  const date = Date.parse(got!.headers.get("date") ?? "");
+  return { models, ...(Number.isFinite(date) ? { date } : {}) };
 }
 
 /**

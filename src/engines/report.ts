@@ -3,7 +3,7 @@
  * there, with the flag that would show it — the same discovery the router runs at start,
  * plus one question only a request answers: do its responses carry cached tokens?
  */
-import { discoverEngine, missingFacts, residentCapacity, type Discovery, type EngineFacts, type FetchLike, type MissingFact } from "./discover.ts";
+import { askResident, discoverEngine, missingFacts, residentCapacity, type Discovery, type EngineFacts, type FetchLike, type MissingFact } from "./discover.ts";
 import { profileOf } from "./index.ts";
 
 export interface ReplicaTarget {
@@ -54,15 +54,6 @@ async function ask(fetchFn: FetchLike, t: ReplicaTarget, model: string, content:
   }
 }
 
-async function getJson(fetchFn: FetchLike, url: string, headers: Record<string, string>, timeoutMs: number): Promise<unknown> {
-  try {
-    const res = await fetchFn(url, { headers, signal: AbortSignal.timeout(timeoutMs) });
-    return res.ok ? await res.json() : (await res.body?.cancel(), undefined);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Discover one replica, and (with `probe`) ask twice to see whether cached tokens come back. */
 export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeoutMs: number, probe: boolean): Promise<EngineReport> {
   let found: Discovery;
@@ -107,7 +98,7 @@ export async function reportEngine(t: ReplicaTarget, fetchFn: FetchLike, timeout
   // Ollama says a model's context only once a request has loaded it: the probe's did.
   const resident = facts.family ? profileOf(facts.family).resident : undefined;
   if (probe && resident && !facts.capacity) {
-    const capacity = residentCapacity(resident.read(await getJson(fetchFn, `${t.url}${resident.path}`, t.headers, timeoutMs)), resident.path);
+    const capacity = residentCapacity((await askResident(fetchFn, t.url, t.headers, timeoutMs, resident))?.models, resident.path);
     if (capacity) facts.capacity = capacity;
   }
   report.missing = missingFacts(facts, { kvTokens: t.kvTokens });

@@ -18,11 +18,12 @@
  */
 import { DEFAULT_METRICS_PATH, type ReplicaConfig } from "../config.ts";
 import { clip, type Log } from "../log.ts";
-import { discoverEngine, readMetricsAnswer, residentCapacity, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
+import { askResident, discoverEngine, readMetricsAnswer, residentCapacity, startTokenOf, type EngineFacts, type FetchLike, type ModelCard } from "../engines/discover.ts";
 import { profileOf } from "../engines/index.ts";
 import { readEngine, total, type EngineReading, type Sample } from "../engines/metrics.ts";
 import type { CacheCounters, EngineProfile, ResidentModel } from "../engines/profile.ts";
 import type { FleetView } from "../route/router.ts";
+import type { Endpoint } from "../route/shape.ts";
 import { PrefillQueue } from "./prefill.ts";
 import { SlotQueue } from "./slot-queue.ts";
 
@@ -179,8 +180,12 @@ export class Replica {
   serves(model: string): boolean {
     if (this.config.models.length > 0) return this.config.models.includes(model);
     if (!this.discovered) return true;
-    const same = this.profile?.sameModel;
-    return this.cards.some((c) => c.id === model || (same !== undefined && same(model, c.id)));
+    return this.cards.some((c) => this.reaches(model, c.id));
+  }
+
+  /** Does a request naming `requested` reach the model the engine lists as `listed`? (Ollama: "qwen3" is "qwen3:latest".) */
+  reaches(requested: string, listed: string): boolean {
+    return requested === listed || this.profile?.sameModel?.(requested, listed) === true;
   }
 
   /** The engine's family profile, once known. */
@@ -383,7 +388,7 @@ const MODELS_KEPT = 256;
 /** Send times kept per replica to tell whether one went between two looks. */
 const DISPATCH_TIMES = 64;
 /** The endpoints that send a prompt for a model to generate from (an embedding input is not cut the same way). */
-const GENERATING = new Set(["chat", "completions", "responses", "messages"]);
+const GENERATING = new Set<Endpoint>(["chat", "completions", "responses", "messages"]);
 
 export interface FleetOptions {
   fetch?: FetchLike;
@@ -710,6 +715,8 @@ export class Fleet {
    * passing check, after a restart and after a reload. Its first scrape is read as any other.
    */
   async discover(replica: Replica): Promise<void> {
+    // Discovery lists an Ollama's loaded models too: a look, as at a check.
+    const look = this.residentLook(replica);
     const found = await discoverEngine(
       { url: replica.config.url, headers: authHeaders(replica.config), metricsPath: replica.config.metrics ?? DEFAULT_METRICS_PATH },
       this.fetch,
@@ -725,9 +732,7 @@ export class Fleet {
       replica.discovered = true;
     }
     const before = replica.facts;
-    // A context learnt from a loaded model stays known while none is loaded.
-    const kept = !found.facts.capacity && before?.family === found.facts.family && before?.capacity?.source.endsWith(" context_length") ? { capacity: before.capacity } : {};
-    replica.facts = { ...found.facts, ...kept, cachedTokensSeen: before?.cachedTokensSeen ?? false };
+    replica.facts = { ...found.facts, cachedTokensSeen: before?.cachedTokensSeen ?? false };
     if (!before || before.family !== found.facts.family || before.capacity?.kvTokens !== found.facts.capacity?.kvTokens) {
       this.options.log.info("engine discovered", {
         replica: replica.name,
@@ -741,7 +746,7 @@ export class Fleet {
         metrics: found.facts.metrics.state === "ok" ? found.facts.metrics.path : found.facts.metrics.state,
       });
     }
-    if (replica.profile?.resident) await this.readResident(replica, replica.profile.resident);
+    if (found.resident) this.takeResident(replica, look, { models: found.resident, ...(found.residentDate !== undefined ? { date: found.residentDate } : {}) });
     if (found.scrape) this.absorb(replica, found.scrape, found.startToken);
     else {
       replica.engine = undefined;
@@ -758,15 +763,16 @@ export class Fleet {
    * the context): its usage then counts what was kept, which must not teach the router the
    * engine's tokenisation.
    */
-  promptSent(replica: Replica, request: { tokens: number; model: string | undefined; endpoint: string }): boolean {
+  promptSent(replica: Replica, request: { tokens: number; model: string | undefined; endpoint: Endpoint }): boolean {
+    // Kept only where loaded models are read (Ollama, which refuses unknown names with a 404).
+    if (!replica.profile?.resident) return false;
     replica.dispatches++;
     replica.dispatchTimes.push(this.now());
     if (replica.dispatchTimes.length > DISPATCH_TIMES) replica.dispatchTimes.shift();
-    // Only where unloads are read (Ollama checks names: an unknown one is a 404), and bounded.
-    if (request.model !== undefined && replica.profile?.resident && replica.requestedModels.size < MODELS_KEPT) replica.requestedModels.add(request.model);
-    const cut = replica.profile?.cutsLongPrompts;
+    if (request.model !== undefined && replica.requestedModels.size < MODELS_KEPT) replica.requestedModels.add(request.model);
+    const cut = replica.profile.cutsLongPrompts;
     if (!cut || request.model === undefined || !GENERATING.has(request.endpoint)) return false;
-    const context = [...(replica.resident?.models ?? [])].find(([name]) => this.sameModel(replica, request.model!, name))?.[1].contextLength;
+    const context = [...(replica.resident?.models ?? [])].find(([name]) => replica.reaches(request.model!, name))?.[1].contextLength;
     if (!context || request.tokens < 0.8 * context) return false;
     if (request.tokens <= 1.05 * context || replica.overContext++ > 0) return true;
     this.options.log.warn(`prompt longer than ${replica.name}'s context: ${cut.fix}`, {
@@ -774,44 +780,29 @@ export class Fleet {
       model: request.model,
       prompt_tokens: Math.round(request.tokens),
       context_tokens: context,
-      context_from: `${replica.profile!.resident?.path ?? "the engine"} context_length`,
+      context_from: `${replica.profile.resident.path} context_length`,
       detail: cut.how,
     });
     return true;
   }
 
-  private sameModel(replica: Replica, requested: string, listed: string): boolean {
-    return requested === listed || replica.profile?.sameModel?.(requested, listed) === true;
-  }
-
   /** Ask the engine which models it holds in memory (Ollama /api/ps); no answer changes nothing. */
   private async readResident(replica: Replica, resident: NonNullable<EngineProfile["resident"]>): Promise<void> {
-    const seq = ++replica.residentAsked;
-    const at = this.now();
-    const idle = replica.inflight === 0;
-    const dispatches = replica.dispatches;
-    let models: ResidentModel[] | undefined;
-    let offset = 0;
-    try {
-      const res = await this.fetch(`${replica.config.url}${resident.path}`, {
-        headers: authHeaders(replica.config),
-        signal: AbortSignal.timeout(this.options.healthTimeoutMs),
-      });
-      if (res.status !== 200) {
-        await res.body?.cancel();
-        return;
-      }
-      models = resident.read(await res.json());
-      // The engine's clock, as its Date header says, onto this router's (whole seconds).
-      const date = Date.parse(res.headers.get("date") ?? "");
-      if (Number.isFinite(date)) offset = at - date;
-    } catch {
-      return;
-    }
+    const look = this.residentLook(replica);
+    this.takeResident(replica, look, await askResident(this.fetch, replica.config.url, authHeaders(replica.config), this.options.healthTimeoutMs, resident));
+  }
+
+  /** What a look at the loaded models compares with, taken before it is asked. */
+  private residentLook(replica: Replica) {
+    return { seq: ++replica.residentAsked, at: this.now(), idle: replica.inflight === 0, dispatches: replica.dispatches };
+  }
+
+  private takeResident(replica: Replica, look: ReturnType<Fleet["residentLook"]>, answer: { models: ResidentModel[]; date?: number } | undefined): void {
     // Checks of one replica may overlap (the interval's, a down replica's re-check, a reload's).
-    if (!models || seq < replica.residentRead) return;
-    replica.residentRead = seq;
-    this.absorbResident(replica, models, { at, idle, dispatches, offset });
+    if (!answer || look.seq < replica.residentRead) return;
+    replica.residentRead = look.seq;
+    // The engine's clock, as its Date header says, onto this router's.
+    this.absorbResident(replica, answer.models, { ...look, offset: answer.date === undefined ? 0 : look.at - answer.date });
   }
 
   /**
@@ -838,7 +829,7 @@ export class Fleet {
       this.options.log.info("engine capacity learnt", { replica: replica.name, kv_tokens: capacity.kvTokens, kv_from: capacity.source });
     }
     if (!before) return;
-    const ours = (name: string) => [...replica.requestedModels].some((requested) => this.sameModel(replica, requested, name));
+    const ours = (name: string) => [...replica.requestedModels].some((requested) => replica.reaches(requested, name));
     const label = replica.profile?.label ?? "the engine";
     const gone = [...before.models.keys()].filter((name) => !listed.has(name) && ours(name));
     if (gone.length > 0) {

@@ -196,6 +196,14 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
     expect(o.lost).toEqual([]);
   });
 
+  it("an engine whose loaded models are not read keeps no send times and no model names (llama.cpp answers any name a client makes up)", () => {
+    const fleet = new Fleet([{ name: "l", url: "http://127.0.0.1:1", kv_tokens: 0, models: [] }], { log: memoryLog(), healthPath: "/health", healthTimeoutMs: 100, failures: 3 });
+    const l = fleet.replicas[0]!;
+    l.facts = { family: "llamacpp", metrics: { state: "off" }, found: [], missing: [], cacheCounters: false, cachedTokensSeen: false };
+    for (let i = 0; i < 300; i++) expect(fleet.promptSent(l, { tokens: 100_000, model: `made-up-${i}`, endpoint: "chat" })).toBe(false);
+    expect([l.dispatches, l.dispatchTimes.length, l.requestedModels.size]).toEqual([0, 0, 0]);
+  });
+
   it("a prompt against its model's context: from 80 % the engine may cut it (not learnt from), beyond 105 % counted and said once", async () => {
     const o = await ollama();
     await o.look(T0, [model(T0 + 300_000, 8192), model(T0 + 300_000, 512, "nomic-embed-text:latest")]);
