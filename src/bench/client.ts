@@ -33,8 +33,8 @@ export interface Outcome {
   /** Whether usage carried a cached figure at all (vLLM without --enable-prompt-tokens-details, Ollama: never). */
   cachedReported: boolean;
   completionTokens: number;
-  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>]`); undefined from real engines. */
-  sim?: { cachedTokens: number; stop: SimStop; heldTokens: number };
+  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>][; computed=<tokens>]`); undefined from real engines. */
+  sim?: { cachedTokens: number; stop: SimStop; heldTokens: number; computedTokens?: number };
   /** How the router judged the engine's report against its index (its request record); undefined: no router, or no report to judge. */
   verdict?: Verdict;
   /** Prompt tokens cached on some replica at routing time (the router's index, or the oracle's /sim/match). */
@@ -142,12 +142,12 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   return outcome;
 }
 
-/** `cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>]` (src/sim/app.ts); undefined when absent or malformed. */
+/** `cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>][; computed=<tokens>]` (src/sim/app.ts); undefined when absent or malformed. */
 export function parseSimPrefix(header: string | null): Outcome["sim"] {
-  const m = header && /^cached=(\d+); stop=(full|evicted|new|elsewhere)(?:; held=(\d+))?$/.exec(header.trim());
+  const m = header && /^cached=(\d+); stop=(full|evicted|new|elsewhere)(?:; held=(\d+))?(?:; computed=(\d+))?$/.exec(header.trim());
   if (!m) return undefined;
   const cachedTokens = Number(m[1]);
-  return { cachedTokens, stop: m[2] as SimStop, heldTokens: m[3] === undefined ? cachedTokens : Number(m[3]) };
+  return { cachedTokens, stop: m[2] as SimStop, heldTokens: m[3] === undefined ? cachedTokens : Number(m[3]), ...(m[4] === undefined ? {} : { computedTokens: Number(m[4]) }) };
 }
 
 interface StreamChunk {

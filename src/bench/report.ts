@@ -5,6 +5,7 @@
  * (html.ts) and the JSON file read the same summaries.
  */
 import { int, pct, table } from "../ops/table.ts";
+import type { StatusDocument } from "../ops/telemetry.ts";
 import type { WorkloadName } from "./args.ts";
 import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
 import { burstFigure, fmt, keyFigure, matrixText, type Matrix } from "./matrix.ts";
@@ -40,7 +41,7 @@ export interface ArmSummary {
   routeShare: Record<string, number>;
   /** Warm-turn TTFT median per conversation (capacity: per family). */
   perGroup?: { group: number; warm: Summary; cachedShare: number; replicas: string[] }[];
-  /** The router's capacity warnings at the end of the arm (undefined: no router). */
+  /** The router's capacity warnings at the end of the arm, and its KV walls during it (undefined: no router). */
   capacityWarnings?: string[];
   preemptions?: number;
   evictedBlocks?: number;
@@ -58,8 +59,9 @@ export interface ArmSummary {
 /**
  * How the router judged the engine's per-request reports against its index. A `miss` is a
  * correction: the router dropped that replica's entries as evicted. It is false when the sim
- * says nothing was evicted there (its stop was `new` or `full`, not `evicted`): the index
- * lost entries the engine still held. `template`: a shortfall the router put down to the
+ * says nothing was evicted there (its stop was `new` or `full`; or `elsewhere`, held in
+ * another llama.cpp slot, with nothing of the prompt computed beyond it: see simEvicted): the
+ * index lost entries the engine still held. `template`: a shortfall the router put down to the
  * chat template, correcting nothing.
  */
 export interface CorrectionCount {
@@ -148,8 +150,18 @@ export function correctionCount(samples: readonly Sample[]): CorrectionCount {
     unchecked: misses.length - checked.length,
     templates: samples.filter((s) => s.verdict === "template").length,
   };
-  if (checked.length > 0 || misses.length === 0) out.false = checked.filter((s) => s.simStop !== "evicted").length;
+  if (checked.length > 0 || misses.length === 0) out.false = checked.filter((s) => !simEvicted(s)).length;
   return out;
+}
+
+/**
+ * Had the sim evicted part of what this request's prompt had on that card? Its hit stopped
+ * at an evicted block; or it stopped at a prefix held where the request could not use it (a
+ * busy llama.cpp slot) and beyond that the card had computed more of the prompt and dropped
+ * it — the tail a correction drops (the index entries last used when the whole prompt was).
+ */
+function simEvicted(s: Sample): boolean {
+  return s.simStop === "evicted" || (s.simStop === "elsewhere" && (s.simComputed ?? 0) > (s.simHeld ?? 0));
 }
 
 export function corrections(samples: readonly Sample[], replicas: readonly string[]): Corrections {
@@ -184,8 +196,10 @@ export function hitDecomposition(samples: readonly Sample[], replicas: readonly 
   const out: HitDecomposition = { ...hitRates(samples), perReplica: Object.fromEntries(names.map((r) => [r, hitRates(samples.filter((s) => s.replica === r))])) };
   const prompt = samples.reduce((a, s) => a + s.promptTokens, 0);
   if (samples.length > 0 && prompt > 0 && samples.every((s) => s.simStop !== undefined)) {
-    const missed = (stop: string) => samples.reduce((a, s) => a + (s.simStop === stop ? Math.max(0, (s.simHeld ?? s.cachedTokens) - s.cachedTokens) : 0), 0) / prompt;
-    out.lost = { evicted: missed("evicted"), elsewhere: missed("elsewhere") };
+    const missed = (stop: string) => samples.reduce((a, s) => a + (s.simStop === stop ? Math.max(0, (s.simHeld ?? s.cachedTokens) - s.cachedTokens) : 0), 0);
+    // Beyond a prefix held elsewhere, what the card had computed of the prompt and dropped.
+    const tails = samples.reduce((a, s) => a + (s.simStop === "elsewhere" ? Math.max(0, (s.simComputed ?? 0) - (s.simHeld ?? 0)) : 0), 0);
+    out.lost = { evicted: (missed("evicted") + tails) / prompt, elsewhere: missed("elsewhere") / prompt };
   }
   return out;
 }
@@ -272,7 +286,20 @@ export const CONVERSING: ReadonlySet<WorkloadName> = new Set(["agent", "mixed", 
  * a kv_tokens the evidence contradicts.
  */
 export function isCapacityWarning(warning: string): boolean {
-  return /: working set ~|conversations active on \d+ slots|kv_tokens/.test(warning);
+  return /: working set ~|conversations active on \d+ slots|kv_tokens|: KV full /.test(warning);
+}
+
+/**
+ * The router's capacity findings at the end of an arm (kind "capacity", in the words /status
+ * warns with), and each replica whose engine turned requests away as full during it: a KV
+ * wall's finding lasts a capacity window after the last one, and the router then holds
+ * requests below the wall, so by the end it has often lapsed (llama.cpp's unified KV, where
+ * requests took turns). Its count is what the router said.
+ */
+export function routerCapacityWarnings(status: Pick<StatusDocument, "findings" | "warnings" | "replicas">): string[] {
+  const findings = status.findings ? status.findings.filter((f) => f.kind === "capacity").map((f) => `${f.replica}: ${f.line}`) : status.warnings;
+  const walls = status.replicas.filter((r) => r.kv_full > 0).map((r) => `${r.name}: KV full ${r.kv_full}×: requests there took turns`);
+  return [...findings.filter((w) => !/^\S+: KV full with ~/.test(w)), ...walls];
 }
 
 export interface WorkloadSummary {
@@ -545,14 +572,22 @@ function warned(s: ArmSummary): string {
   if (s.capacityWarnings.length === 0) return "no";
   // One entry per replica, its largest working set (pooled runs each warned on their own).
   const largest = new Map<string, number>();
+  const turns = new Map<string, number>();
   const other: string[] = [];
   for (const w of s.capacityWarnings) {
     // The router's finding: "gpu1: working set ~130,000 tokens, 106% of kv_tokens …".
     const m = w.match(/^(\S+): working set ~([\d,]+)/);
+    // A KV wall: "gpu1: KV full 12×: requests there took turns" (the most of the runs pooled).
+    const full = w.match(/^(\S+): KV full (\d+)×/);
     if (m) largest.set(m[1]!, Math.max(largest.get(m[1]!) ?? 0, Number(m[2]!.replaceAll(",", ""))));
+    else if (full) turns.set(full[1]!, Math.max(turns.get(full[1]!) ?? 0, Number(full[2]!)));
     else other.push(w);
   }
-  return `yes: ${[...[...largest].map(([replica, tokens]) => `${replica} ~${int(tokens)}`), ...other].join(", ")}`;
+  return `yes: ${[
+    ...[...largest].map(([replica, tokens]) => `${replica} ~${int(tokens)}`),
+    ...[...turns].map(([replica, count]) => `${replica} KV full ×${count}`),
+    ...other,
+  ].join(", ")}`;
 }
 
 export function headlineLines(list: readonly Headline[]): string {

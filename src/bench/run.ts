@@ -8,7 +8,7 @@ import type { Verdict } from "../route/router.ts";
 import type { TemplateName } from "../sim/index.ts";
 import { kvTokensLabel, type BenchOptions, type WorkloadName } from "./args.ts";
 import { fmt, keyFigure } from "./matrix.ts";
-import { summarizeArm } from "./report.ts";
+import { routerCapacityWarnings, summarizeArm } from "./report.ts";
 import type { Outcome, SimStop } from "./client.ts";
 import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
 import {
@@ -60,6 +60,8 @@ export interface Sample {
   simStop?: SimStop;
   /** Sims: how much of the prompt's prefix the replica held (≥ cachedTokens: beyond it, evicted or held elsewhere). */
   simHeld?: number;
+  /** Sims, `elsewhere` stops: how much of the prompt the replica had computed, when more than it held (the rest was evicted since). */
+  simComputed?: number;
   /** The router's judgement of the engine's report (its request record): a "miss" dropped index entries as evicted. */
   verdict?: Verdict;
   completionTokens: number;
@@ -227,8 +229,7 @@ export async function runArm(
     const result: ArmResult = { arm: name, samples: driven.samples, bursts: driven.bursts ?? [], wallMs: ctx.now() };
     if (arm.status) {
       const status = await arm.status();
-      // The capacity findings (kind "capacity"), in the words /status warns with.
-      result.warnings = status.findings ? status.findings.filter((f) => f.kind === "capacity").map((f) => `${f.replica}: ${f.line}`) : status.warnings;
+      result.warnings = routerCapacityWarnings(status);
       result.kvBelieved = Object.fromEntries(status.replicas.map((r) => [r.name, r.kv_tokens]));
     }
     const sim = await target.simTotals();
@@ -373,7 +374,7 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
     // --enable-prompt-tokens-details and Ollama report nothing); a real engine's usage is all there is.
     cachedTokens: out.sim?.cachedTokens ?? out.cachedTokens,
     ...(out.cachedReported ? { reportedCachedTokens: out.cachedTokens } : {}),
-    ...(out.sim ? { simStop: out.sim.stop, simHeld: out.sim.heldTokens } : {}),
+    ...(out.sim ? { simStop: out.sim.stop, simHeld: out.sim.heldTokens, ...(out.sim.computedTokens === undefined ? {} : { simComputed: out.sim.computedTokens }) } : {}),
     ...(out.verdict ? { verdict: out.verdict } : {}),
     completionTokens: out.completionTokens,
     ...(out.availableTokens === undefined ? {} : { availableTokens: out.availableTokens }),

@@ -11,7 +11,9 @@
  * context-length check (400) → stall fault → fail fault → the engine. A client that goes
  * away (request signal or stream cancel) stops its sequence and frees its KV. Every
  * generation response carries `x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>`
- * (and `; held=<tokens>` when the replica held more of the prefix than the request could use):
+ * (and `; held=<tokens>` when the replica held more of the prefix than the request could use;
+ * `; computed=<tokens>` when, its hit stopped at a prefix held `elsewhere`, it had computed more
+ * of the prompt here and dropped that since):
  * why its prefix-cache hit stopped where it did (engine-api.ts, PrefixStop) — the truth the
  * bench compares the router's index corrections with.
  */
@@ -383,11 +385,14 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     return { role: "assistant", content, reasoning };
   }
 
-  // `held` only when the replica held more of the prefix than the request could use.
-  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop" | "heldTokens">): Record<string, string> =>
+  // `held` only when the replica held more of the prefix than the request could use;
+  // `computed` only when, beyond what it held elsewhere, it had computed more and dropped it.
+  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop" | "heldTokens" | "computedTokens">): Record<string, string> =>
     seq.prefixStop === undefined
       ? {}
-      : { "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}${seq.heldTokens > seq.cachedTokens ? `; held=${seq.heldTokens}` : ""}` };
+      : {
+          "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}${seq.heldTokens > seq.cachedTokens ? `; held=${seq.heldTokens}` : ""}${seq.computedTokens > seq.heldTokens ? `; computed=${seq.computedTokens}` : ""}`,
+        };
 
   async function whole(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
     const seq = engine.submit({

@@ -69,6 +69,8 @@ export interface SequenceResult {
   prefixStop: PrefixStop | undefined;
   /** See SimSequence.heldTokens. */
   heldTokens: number;
+  /** See SimSequence.computedTokens. */
+  computedTokens: number;
   /** Real ms from submit to the first token (undefined if none was produced). */
   ttftMs: number | undefined;
   /** The same in model time (what a full-scale card would show). */
@@ -98,6 +100,12 @@ export interface SimSequence {
    * recovered there is heldTokens − cachedTokens.
    */
   readonly heldTokens: number;
+  /**
+   * `elsewhere` only: how much of the prompt's prefix had been computed here since the reset,
+   * when more than heldTokens — the rest of it was evicted since (a slot engine holds one
+   * part of a prompt in a busy slot and has dropped its tail). 0 otherwise.
+   */
+  readonly computedTokens: number;
   readonly done: Promise<SequenceResult>;
 }
 

@@ -64,6 +64,7 @@ export class Sequence implements SimSequence {
   cachedTokens = 0;
   prefixStop: PrefixStop | undefined;
   heldTokens = 0;
+  computedTokens = 0;
   admissions = 0;
   blocks: number[] = [];
   hashes: BlockHash[] = [];
@@ -393,6 +394,7 @@ export class SimEngine implements SimEngineApi {
         cachedTokens: seq.cachedTokens,
         prefixStop: seq.prefixStop,
         heldTokens: seq.heldTokens,
+        computedTokens: seq.computedTokens,
         ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
         ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
         durationMs: this.clock.now() - seq.arrivalMs,

@@ -726,9 +726,10 @@ export class SlotEngine implements SimEngineApi {
     let nPast = cachePrompt ? commonPrefixTokens(slot.content, seq.prompt, this.cpt) : 0;
     // [TAG_PROMPT_LOGITS] "need to evaluate at least 1 token for each active slot".
     if (nPast === n && nPast > 0) nPast--;
-    const stop = cachePrompt && nPast < n - 1 ? this.stopReason(slot, seq.prompt, nPast, n) : { stop: "full" as const, held: nPast };
+    const stop: { stop: PrefixStop; held: number; computed?: number } = cachePrompt && nPast < n - 1 ? this.stopReason(slot, seq.prompt, nPast, n) : { stop: "full", held: nPast };
     seq.prefixStop = stop.stop;
     seq.heldTokens = stop.held;
+    seq.computedTokens = stop.computed ?? 0;
     // slot.prompt.tokens.keep_first(n_past): the rest of the slot's old KV is dropped.
     this.droppedTokens += Math.max(0, this.tokenizer.count(slot.content) - nPast);
     slot.content = seq.prompt.slice(0, nPast * this.cpt);
@@ -752,22 +753,35 @@ export class SlotEngine implements SimEngineApi {
    * engine's), and how far the prompt's prefix was held here (SimSequence.heldTokens): the
    * longest match in another slot or the RAM cache, or the longest prefix computed here.
    */
-  private stopReason(own: Slot, prompt: string, nPast: number, promptTokens: number): { stop: PrefixStop; held: number } {
+  private stopReason(own: Slot, prompt: string, nPast: number, promptTokens: number): { stop: PrefixStop; held: number; computed?: number } {
     const need = nPast + 1;
     let elsewhere = 0;
     for (const slot of this.slotList) if (slot !== own) elsewhere = Math.max(elsewhere, commonPrefixTokens(this.contentOf(slot), prompt, this.cpt));
     for (const entry of this.ramCache?.entries ?? []) elsewhere = Math.max(elsewhere, commonPrefixTokens(entry.content, prompt, this.cpt));
-    if (elsewhere >= need) return { stop: "elsewhere", held: Math.min(promptTokens, elsewhere) };
+    if (elsewhere >= need) {
+      const held = Math.min(promptTokens, elsewhere);
+      // Held in part elsewhere; computed here further than that, its tail was dropped since.
+      const computed = held < promptTokens ? this.computedUpTo(prompt, held + 1, promptTokens) : 0;
+      return { stop: "elsewhere", held, ...(computed > held ? { computed } : {}) };
+    }
     if (!this.computed.has(prompt, need * this.cpt)) return { stop: "new", held: nPast };
-    // Every prefix of a computed prefix was computed: the longest one, by bisection.
-    let lo = need;
+    return { stop: "evicted", held: this.computedUpTo(prompt, need, promptTokens) };
+  }
+
+  /**
+   * The longest prefix of `prompt` computed here, in tokens, if at least `from` was (else
+   * `from` − 1): every prefix of a computed prefix was computed, so by bisection.
+   */
+  private computedUpTo(prompt: string, from: number, promptTokens: number): number {
+    if (!this.computed.has(prompt, from * this.cpt)) return from - 1;
+    let lo = from;
     let hi = promptTokens;
     while (lo < hi) {
       const mid = Math.ceil((lo + hi) / 2);
       if (this.computed.has(prompt, mid * this.cpt)) lo = mid;
       else hi = mid - 1;
     }
-    return { stop: "evicted", held: lo };
+    return lo;
   }
 
   /**
@@ -891,6 +905,7 @@ export class SlotEngine implements SimEngineApi {
         cachedTokens: seq.cachedTokens,
         prefixStop: seq.prefixStop,
         heldTokens: seq.heldTokens,
+        computedTokens: seq.computedTokens,
         ttftMs: seq.firstTokenMs === undefined ? undefined : seq.firstTokenMs - seq.arrivalMs,
         ttftModelMs: seq.firstTokenModel === undefined ? undefined : (seq.firstTokenModel - seq.arrivalModel) * 1000,
         durationMs: this.clock.now() - seq.arrivalMs,

@@ -14,6 +14,7 @@ import {
   headlines,
   hitTable,
   isCapacityWarning,
+  routerCapacityWarnings,
   turnPlacement,
   hitDecomposition,
   hitRates,
@@ -25,6 +26,7 @@ import {
   type WorkloadSummary,
 } from "../../src/bench/report.ts";
 import type { ArmResult, BenchResult, Sample } from "../../src/bench/run.ts";
+import type { StatusDocument } from "../../src/ops/telemetry.ts";
 
 const replicas = ["gpu0", "gpu1"];
 
@@ -374,6 +376,27 @@ describe("several runs pooled for the detailed tables", () => {
     expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 ~140,000, gpu0 ~125,000\s+0$/m);
   });
 
+  it("KV walls: a replica whose engine turned requests away as full during the arm is a capacity warning, though its finding lapsed", () => {
+    const status = (kvFull: number, findings: { replica: string; line: string }[]) => ({
+      warnings: [],
+      findings: findings.map((f) => ({ id: `${f.replica}/capacity`, kind: "capacity" as const, details: null, ...f })),
+      replicas: [
+        { name: "gpu0", kv_full: 0 },
+        { name: "gpu1", kv_full: kvFull },
+      ] as StatusDocument["replicas"],
+    });
+    // The wall still standing at the end: said once, by its count, not twice.
+    const standing = routerCapacityWarnings(status(12, [{ replica: "gpu1", line: "KV full with ~130,000 prompt tokens in flight: requests there take turns" }]));
+    expect(standing).toEqual(["gpu1: KV full 12×: requests there took turns"]);
+    // Lapsed (no finding at the end): still said; two runs pooled show the larger count.
+    const lapsed = routerCapacityWarnings(status(14, []));
+    expect(lapsed).toEqual(["gpu1: KV full 14×: requests there took turns"]);
+    expect(routerCapacityWarnings(status(0, []))).toEqual([]);
+    const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings: [...new Set([...standing, ...lapsed])] }, replicas);
+    expect(arm.capacityWarnings).toHaveLength(2);
+    expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 KV full ×14\s+0$/m);
+  });
+
   it("one run is itself", () => {
     const r = run("a", 1_000);
     expect(poolRuns([r])).toBe(r);
@@ -397,6 +420,15 @@ describe("index corrections, checked against the sim's evictions", () => {
     expect(c).toMatchObject({ judged: 5, corrections: 3, false: 2, unchecked: 0, templates: 1 });
     expect(c.perReplica.gpu0).toEqual({ judged: 4, corrections: 2, false: 1, unchecked: 0, templates: 1 });
     expect(c.perReplica.gpu1).toEqual({ judged: 1, corrections: 1, false: 1, unchecked: 0, templates: 0 });
+  });
+
+  it("a prompt's head held in a busy llama.cpp slot: false when nothing of it was computed beyond, true when its tail had been computed and dropped (and that tail is lost to eviction)", () => {
+    const busyHead = oneShot(0, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600 });
+    const tailDropped = oneShot(1, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600, simComputed: 900 });
+    expect(correctionCount([busyHead, tailDropped])).toMatchObject({ corrections: 2, false: 1 });
+    expect(correctionCount([tailDropped])).toMatchObject({ corrections: 1, false: 0 });
+    const prompt = busyHead.promptTokens + tailDropped.promptTokens;
+    expect(hitDecomposition([busyHead, tailDropped], replicas).lost).toEqual({ evicted: 300 / prompt, elsewhere: 1_200 / prompt });
   });
 
   it("on real replicas (no sim stop) a correction can be neither true nor false", () => {

@@ -209,7 +209,28 @@ describe("SlotEngine: concurrency", () => {
     const rb = await run(h.clock, b);
     expect(rb.cachedTokens).toBe(0);
     expect(rb.prefixStop).toBe("elsewhere");
+    expect(rb.heldTokens).toBe(128);
+    expect(rb.computedTokens).toBe(0); // nothing of it was computed beyond what the busy slot holds
     expect(h.engine.stats.stop_elsewhere_total).toBe(1);
+  });
+
+  it("a prompt whose head sits in a busy slot and whose tail was computed here and dropped: 'elsewhere', with how far it had been computed", async () => {
+    const h = setup({ cacheRam: 0 });
+    const head = text(300, "head");
+    const prompt = `${head}${text(100, "tail")}`;
+    const first = await send(h, prompt);
+    // Another request over the same head takes that slot by similarity (300 of 400 tokens):
+    // it keeps the head and drops the first prompt's tail, and runs on.
+    const other = h.engine.submit({ prompt: `${head}${text(100, "next")}`, maxTokens: 500, finishReason: "length" });
+    h.clock.advance(150); // its 100 new tokens prefilled (1,000 tok/s): decoding
+    expect(other.slot!.id).toBe(first.slot);
+    expect(other.state).toBe("decode");
+    const again = await send(h, prompt);
+    expect(again.slot).not.toBe(first.slot);
+    expect(again.result.cachedTokens).toBe(0);
+    expect(again.result.prefixStop).toBe("elsewhere");
+    expect(again.result.heldTokens).toBe(300);
+    expect(again.result.computedTokens).toBe(400);
   });
 
   it("waiting requests get slots first come, first served", async () => {
