@@ -155,13 +155,17 @@ export function correctionCount(samples: readonly Sample[]): CorrectionCount {
 }
 
 /**
- * Had the sim evicted part of what this request's prompt had on that card? Its hit stopped
- * at an evicted block; or it stopped at a prefix held where the request could not use it (a
- * busy llama.cpp slot) and beyond that the card had computed more of the prompt and dropped
- * it — the tail a correction drops (the index entries last used when the whole prompt was).
+ * Had the sim evicted part of what the index expected of this request's prompt on that card?
+ * Its hit stopped at an evicted block; or it stopped at a prefix held where the request could
+ * not use it (a busy llama.cpp slot), beyond which the card had computed more of the prompt
+ * and dropped it, and the index expected more than that held prefix — so the correction
+ * dropped the tail (the entries last used when the whole prompt was). An index that expected
+ * no more than the held prefix dropped entries the card still held: false.
  */
 function simEvicted(s: Sample): boolean {
-  return s.simStop === "evicted" || (s.simStop === "elsewhere" && (s.simComputed ?? 0) > (s.simHeld ?? 0));
+  if (s.simStop === "evicted") return true;
+  const held = s.simHeld ?? 0;
+  return s.simStop === "elsewhere" && (s.simComputed ?? 0) > held && (s.capturedTokens ?? 0) > held;
 }
 
 export function corrections(samples: readonly Sample[], replicas: readonly string[]): Corrections {

@@ -392,7 +392,8 @@ describe("several runs pooled for the detailed tables", () => {
     const lapsed = routerCapacityWarnings(status(14, []));
     expect(lapsed).toEqual(["gpu1: KV full 14×: requests there took turns"]);
     expect(routerCapacityWarnings(status(0, []))).toEqual([]);
-    const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings: [...new Set([...standing, ...lapsed])] }, replicas);
+    // The larger count first: the table shows the most of the runs pooled, not the last one.
+    const arm = summarizeArm("shared", { arm: "hybrid", samples: [oneShot(0)], bursts: [], wallMs: 1, warnings: [...new Set([...lapsed, ...standing])] }, replicas);
     expect(arm.capacityWarnings).toHaveLength(2);
     expect(workloadTable({ workload: "shared", arms: [arm] }, replicas)).toMatch(/yes: gpu1 KV full ×14\s+0$/m);
   });
@@ -423,9 +424,11 @@ describe("index corrections, checked against the sim's evictions", () => {
   });
 
   it("a prompt's head held in a busy llama.cpp slot: false when nothing of it was computed beyond, true when its tail had been computed and dropped (and that tail is lost to eviction)", () => {
-    const busyHead = oneShot(0, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600 });
-    const tailDropped = oneShot(1, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600, simComputed: 900 });
-    expect(correctionCount([busyHead, tailDropped])).toMatchObject({ corrections: 2, false: 1 });
+    const busyHead = oneShot(0, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600, capturedTokens: 900 });
+    const tailDropped = oneShot(1, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600, simComputed: 900, capturedTokens: 900 });
+    // The index expected only the held head: what it dropped, the card still held.
+    const headOnly = oneShot(2, { verdict: "miss", simStop: "elsewhere", cachedTokens: 0, simHeld: 600, simComputed: 900, capturedTokens: 600 });
+    expect(correctionCount([busyHead, tailDropped, headOnly])).toMatchObject({ corrections: 3, false: 2 });
     expect(correctionCount([tailDropped])).toMatchObject({ corrections: 1, false: 0 });
     const prompt = busyHead.promptTokens + tailDropped.promptTokens;
     expect(hitDecomposition([busyHead, tailDropped], replicas).lost).toEqual({ evicted: 300 / prompt, elsewhere: 1_200 / prompt });

@@ -541,4 +541,32 @@ describe("SlotEngine behind the HTTP app", () => {
     expect(await complete(`${b.slice(0, 160)}${text(400, "z")}`)).toBe("cached=0; stop=elsewhere; held=40");
     expect(await state(server)).toMatchObject({ stop_new_total: 2, stop_elsewhere_total: 1, stop_evicted_total: 0, stop_full_total: 0 });
   });
+
+  it("x-sim-prefix adds computed= when the prompt's head sits in a busy slot and its tail, computed here, was dropped", async () => {
+    const server = await sim({ profile: "tiny", engine: "llamacpp", parallel: 2, kvTokens: 8192, cacheRam: 0 });
+    const head = text(300, "head");
+    const prompt = `${head}${text(100, "tail")}`;
+    const complete = async (text: string) => {
+      const res = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: text, max_tokens: 1 }) });
+      expect(res.status).toBe(200);
+      return res.headers.get("x-sim-prefix");
+    };
+    expect(await complete(prompt)).toBe("cached=0; stop=new");
+    // Over the same head, a long generation takes that slot (by similarity: it keeps the head
+    // and drops the tail) and is still decoding once its first token has come.
+    const controller = new AbortController();
+    const running = await fetch(`${server.url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ prompt: `${head}${text(100, "next")}`, max_tokens: 4000, stream: true }),
+      signal: controller.signal,
+    });
+    const reader = running.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    try {
+      expect(await complete(prompt)).toBe("cached=0; stop=elsewhere; held=300; computed=400");
+    } finally {
+      controller.abort();
+      await reader.cancel().catch(() => {});
+    }
+  });
 });
