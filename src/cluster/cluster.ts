@@ -161,6 +161,8 @@ export class Cluster {
   private live?: string[];
   private sendSeq = 0;
   private readonly responseKeys: [string, string][] = [];
+  /** Lookups of a Responses API id waiting for its event to come through the stream. */
+  private readonly responseWaiters = new Map<string, Set<() => void>>();
   private loadScheduled = false;
   private lastLoadAt = -Infinity;
   private lastOwnEcho = 0;
@@ -319,21 +321,48 @@ export class Cluster {
   /**
    * The owner of a Responses API id this instance has not mirrored yet: a client can send the
    * follow-up to another instance before the stream brings it there. Asks Redis, briefly;
-   * never when Redis is away.
+   * never when Redis is away. Not there yet either — the owner shares the id as its answer
+   * ends, and the client may already have the answer (seen: a 2-token answer's follow-up, sent
+   * at once to another instance, asked before the key was written, was spread and got the
+   * engine's 404) — it waits, within the same bound, for the id's event from the stream
+   * (written before the key), then asks once more.
    */
   async responseOwner(id: string): Promise<string | undefined> {
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return undefined;
+    const started = this.now();
+    const ask = async (ms: number): Promise<string | undefined> => {
+      const owner = await withTimeout(s.cmd.get(this.keys.response(id)), ms);
+      if (!owner || !this.deps.fleet.byName(owner)) return undefined;
+      this.deps.router.rememberResponse(id, owner, false);
+      return owner;
+    };
     try {
-      const owner = await withTimeout(s.cmd.get(this.keys.response(id)), LOOKUP_TIMEOUT_MS);
-      if (owner && this.deps.fleet.byName(owner)) {
-        this.deps.router.rememberResponse(id, owner, false);
-        return owner;
-      }
+      const owner = await ask(LOOKUP_TIMEOUT_MS);
+      if (owner) return owner;
+      await this.responseEvent(id, LOOKUP_TIMEOUT_MS - (this.now() - started));
+      return this.deps.router.responseOwner(id) ?? (await ask(LOOKUP_TIMEOUT_MS));
     } catch {
       // Slow or away: route as if it were unknown.
     }
     return undefined;
+  }
+
+  /** Resolves when the stream brings `id`'s response event, or after `ms`. */
+  private responseEvent(id: string, ms: number): Promise<void> {
+    if (ms <= 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      let waiters = this.responseWaiters.get(id);
+      if (!waiters) this.responseWaiters.set(id, (waiters = new Set()));
+      const wake = () => {
+        clearTimeout(timer);
+        waiters!.delete(wake);
+        if (waiters!.size === 0 && this.responseWaiters.get(id) === waiters) this.responseWaiters.delete(id);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      waiters.add(wake);
+    });
   }
 
   status(now: number = this.now()): ClusterStatus {
@@ -697,9 +726,13 @@ export class Cluster {
       case "forget-used-by":
         router.index.forgetUsedBy(event.replica, local(event.usedBy));
         break;
-      case "response":
+      case "response": {
         router.rememberResponse(event.id, event.replica, false);
+        const waiters = this.responseWaiters.get(event.id);
+        this.responseWaiters.delete(event.id);
+        for (const wake of waiters ?? []) wake();
         break;
+      }
       case "retract":
         router.applyRetract(event.chains, event.replica, event.commit, event.created);
         break;

@@ -146,7 +146,9 @@ describe("instances agree", () => {
     const server = await redis();
     const fleet = await routers(4, server);
     // The follow-up goes out the moment the previous response ends: it can outrun the stream,
-    // and the instance then asks Redis for the owner.
+    // and the instance then asks Redis for the owner, and waits for the id's event if Redis
+    // has not got it yet either (without that wait: 4 of 15 runs failed with a 404 beside two
+    // CPU-bound processes, 3 Dec; with it, 0 of 15).
     let previous = await client(fleet[0]!).responses.create({ model: "sim-model", input: `${SALT} remember the number 7`, max_output_tokens: 2 }).withResponse();
     const owner = where(previous.response).replica;
     for (let i = 1; i <= 8; i++) {
