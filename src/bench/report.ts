@@ -60,7 +60,8 @@ export interface ArmSummary {
  * How the router judged the engine's per-request reports against its index. A `miss` is a
  * correction: the router dropped that replica's entries as evicted. It is false when the sim
  * says nothing was evicted there (its stop was `new` or `full`; or `elsewhere`, held in
- * another llama.cpp slot, with nothing of the prompt computed beyond it: see simEvicted): the
+ * another llama.cpp slot, unless what the index expected beyond that had been dropped: see
+ * simEvicted): the
  * index lost entries the engine still held. `template`: a shortfall the router put down to the
  * chat template, correcting nothing.
  */

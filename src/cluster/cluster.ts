@@ -74,6 +74,8 @@ const SETTLE_MS = 5;
 const LOAD_GAP_MS = 50;
 /** A follow-up whose response id is not mirrored yet asks Redis, for at most this long. */
 const LOOKUP_TIMEOUT_MS = 250;
+/** The least the last look for a Responses id may take, once its wait is over. */
+const LAST_LOOK_MS = 25;
 /**
  * A published stream id further ahead of Redis's clock than this is not taken on trust (a
  * forged or damaged message): stored as the id applied up to, it would make every later
@@ -340,8 +342,10 @@ export class Cluster {
     try {
       const owner = await ask(LOOKUP_TIMEOUT_MS);
       if (owner) return owner;
-      await this.responseEvent(id, LOOKUP_TIMEOUT_MS - (this.now() - started));
-      return this.deps.router.responseOwner(id) ?? (await ask(LOOKUP_TIMEOUT_MS));
+      const left = () => LOOKUP_TIMEOUT_MS - (this.now() - started);
+      await this.responseEvent(id, left());
+      // The last look: what is left of the bound, but a Redis round trip at least.
+      return this.deps.router.responseOwner(id) ?? (await ask(Math.max(LAST_LOOK_MS, left())));
     } catch {
       // Slow or away: route as if it were unknown.
     }
