@@ -304,6 +304,8 @@ export function isCapacityWarning(warning: string): boolean {
 export function routerCapacityWarnings(status: Pick<StatusDocument, "findings" | "warnings" | "replicas">): string[] {
   const findings = status.findings ? status.findings.filter((f) => f.kind === "capacity").map((f) => `${f.replica}: ${f.line}`) : status.warnings;
   const walls = status.replicas.filter((r) => r.kv_full > 0).map((r) => `${r.name}: KV full ${r.kv_full}×: requests there took turns`);
+  // The wall's own finding (src/ops/telemetry.ts status, "KV full with ~N prompt tokens in
+  // flight"): its count says it already.
   return [...findings.filter((w) => !/^\S+: KV full with ~/.test(w)), ...walls];
 }
 

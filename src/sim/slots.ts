@@ -760,7 +760,11 @@ export class SlotEngine implements SimEngineApi {
     for (const entry of this.ramCache?.entries ?? []) elsewhere = Math.max(elsewhere, commonPrefixTokens(entry.content, prompt, this.cpt));
     if (elsewhere >= need) {
       const held = Math.min(promptTokens, elsewhere);
-      // Held in part elsewhere; computed here further than that, its tail was dropped since.
+      // Held in part elsewhere; computed here further than that, its tail was dropped since: a
+      // slot another request took by similarity keeps only their common prefix
+      // (server-context.cpp get_available_slot, then pre_decode's keep_first(n_past)), and one
+      // taken by LRU is saved to the RAM cache, which evicts too (server-task.cpp
+      // server_prompt_cache::update).
       const computed = held < promptTokens ? this.computedUpTo(prompt, held + 1, promptTokens) : 0;
       return { stop: "elsewhere", held, ...(computed > held ? { computed } : {}) };
     }
