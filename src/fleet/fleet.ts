@@ -231,9 +231,10 @@ export class Replica {
    * tokens in flight here: until `until`, a request that would bring the in-flight tokens to
    * 90 % of it waits for one of them to end (`admit`); one alone always goes. A low reading (other
    * clients' load, a request that ended just before) only makes requests wait; it lapses after
-   * a capacity window.
+   * a capacity window. `waitedMs`: what requests have waited at it so far (since it was set, or
+   * since a conversation last left this card for it: `wallLeft`) — what staying has cost.
    */
-  kvWall?: { tokens: number; until: number };
+  kvWall?: { tokens: number; until: number; waitedMs: number };
   /** Tokens of requests turned away as full since the last dispatch here: one overflow fails them together. */
   private overflowTokens = 0;
   private kvWaiters: (() => void)[] = [];
@@ -261,6 +262,7 @@ export class Replica {
   }
 
   private async admitLater(tokens: number, signal: AbortSignal, now: () => number): Promise<boolean> {
+    const since = now();
     while (!signal.aborted && this.mustWait(tokens, now)) {
       await new Promise<void>((resolve) => {
         const wake = () => {
@@ -272,8 +274,14 @@ export class Replica {
       });
     }
     if (signal.aborted) return false;
+    if (this.kvWall) this.kvWall.waitedMs += now() - since;
     this.reserve(tokens);
     return true;
+  }
+
+  /** A conversation left this card for its KV wall (hybrid's `wall`): what staying had cost is paid. */
+  wallLeft(): void {
+    if (this.kvWall) this.kvWall.waitedMs = 0;
   }
 
   /** A request admitted with `tokens` is over here: those waiting for room look again, in arrival order. */
@@ -293,8 +301,8 @@ export class Replica {
   turnedAwayFull(tokens: number, now: number, windowMs: number): number {
     const wall = this.inflightTokens + this.overflowTokens;
     this.overflowTokens += tokens;
-    const current = this.kvWall && now < this.kvWall.until ? this.kvWall.tokens : Infinity;
-    this.kvWall = { tokens: Math.min(current, wall), until: now + windowMs };
+    const standing = this.kvWall && now < this.kvWall.until ? this.kvWall : undefined;
+    this.kvWall = { tokens: Math.min(standing?.tokens ?? Infinity, wall), until: now + windowMs, waitedMs: standing?.waitedMs ?? 0 };
     return this.kvWall.tokens;
   }
 
@@ -330,10 +338,13 @@ export class Replica {
     const pendingSince = this.prefill.oldestCommit();
     const slots = this.slots;
     const serving = this.servingSlots;
+    const wall = this.kvWall && Date.now() < this.kvWall.until ? this.kvWall : undefined;
     return {
       name: this.name,
       healthy: this.healthy,
       inflight: this.inflight,
+      inflightTokens: this.inflightTokens,
+      ...(wall ? { wall: { admitsBelow: KV_WALL_SHARE * wall.tokens, waitedSeconds: wall.waitedMs / 1000 } } : {}),
       load: this.inflight + this.engineWaiting,
       queuedTokens: this.prefill.withEngineQueue(this.engineWaiting),
       prefillRate: this.prefill.rate,

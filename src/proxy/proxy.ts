@@ -261,6 +261,8 @@ export function createProxy(deps: ProxyDeps): Proxy {
       const replica = candidates.find((r) => r.name === decision.replica)!;
       // A replica a reload removed still serves this request, but is not remembered.
       const retract = replica.removed ? undefined : router.commit(input, decision, committedAt);
+      // A conversation left its card's KV wall: what waiting there had cost is paid by the move.
+      if (decision.from) candidates.find((r) => r.name === decision.from)?.wallLeft();
       fleet.dispatched(replica, panic);
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;

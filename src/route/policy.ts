@@ -11,13 +11,15 @@ import type { RequestShape } from "./shape.ts";
 /**
  * Why a replica was chosen; sent to the client as `x-llmroute-route`.
  * pin: a continuation to the replica holding its conversation · room: a continuation moved
- * off a card whose KV no longer keeps it between turns, to one that does · cache: a one-shot to the
+ * off a card whose KV no longer keeps it between turns, to one that does · wall: a continuation
+ * moved off a card whose KV wall makes its turns wait for the others' there, to one where it
+ * fits beside what runs · cache: a one-shot to the
  * replica holding its long prefix (a shared document) · session: to the replica of its
  * session key · spread: the counter · cost: away from the rule's pick, whose queue made it
  * slower than prefilling elsewhere · spill: over max_inflight · sticky: a Responses API
  * follow-up to the replica holding its state · hash / load / random: the other policies.
  */
-export type RouteReason = "pin" | "room" | "cache" | "session" | "spread" | "cost" | "spill" | "hash" | "load" | "random" | "sticky";
+export type RouteReason = "pin" | "room" | "wall" | "cache" | "session" | "spread" | "cost" | "spill" | "hash" | "load" | "random" | "sticky";
 
 /** What a policy sees of one replica. */
 export interface ReplicaView {
@@ -47,6 +49,15 @@ export interface ReplicaView {
    * Worked out when asked: only a request a held document pulls there is priced with it.
    */
   slotWait?: () => number;
+  /** Prompt tokens of this router's requests in flight here (as it counts them); absent: not known (0). */
+  inflightTokens?: number;
+  /**
+   * A KV wall standing here: the engine turned requests away as KV-full (llama.cpp's unified
+   * KV), so a request that would bring the prompt tokens in flight to `admitsBelow` waits for
+   * one of them to end; `waitedSeconds`, what requests have waited at it so far (see
+   * Replica.kvWall). Absent while none stands.
+   */
+  wall?: { admitsBelow: number; waitedSeconds: number };
   /** Measured prefill throughput, tokens per second. */
   prefillRate: number;
   /** Characters of canonical prompt per engine token (learned from usage). */
@@ -68,6 +79,8 @@ export interface Decision {
   reason: RouteReason;
   /** The round-robin counter was consumed: the caller advances it. */
   usedCounter?: boolean;
+  /** `wall`: the card the conversation left (what waiting there had cost is paid). */
+  from?: string;
 }
 
 export interface PolicyContext {

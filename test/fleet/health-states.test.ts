@@ -257,4 +257,33 @@ describe("a card whose KV turned requests away as full (llama.cpp's unified KV)"
     expect(a.admit(3_000, signal(), now)).toBe(true);
     expect(a.inflightTokens).toBe(6_000);
   });
+
+  it("counts what requests waited at its wall (what staying costs, for hybrid's wall rule) until a conversation leaves it or it lapses", async () => {
+    const { a } = fleetOf("a");
+    // The view tells whether a wall stands by the real clock: this one starts now.
+    const local = { t: Date.now() };
+    const at = () => local.t;
+    a.admit(3_000, signal(), at);
+    a.turnedAwayFull(3_000, at(), 60_000);
+    expect(a.view()).toMatchObject({ inflightTokens: 3_000, wall: { admitsBelow: 2_700, waitedSeconds: 0 } });
+    const waiting = a.admit(3_000, signal(), at);
+    local.t += 4_000;
+    a.leave(3_000);
+    expect(await waiting).toBe(true);
+    expect(a.view().wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 4 });
+    // Another overflow while it stands keeps the account; a conversation leaving pays it.
+    a.turnedAwayFull(3_000, at(), 60_000);
+    expect(a.view().wall?.waitedSeconds).toBe(4);
+    a.wallLeft();
+    expect(a.view().wall?.waitedSeconds).toBe(0);
+    // A wall set after the last lapsed starts from nothing.
+    const second = a.admit(3_000, signal(), at);
+    local.t += 2_000;
+    a.leave(3_000);
+    expect(await second).toBe(true);
+    expect(a.kvWall?.waitedMs).toBe(2_000);
+    local.t += 60_000;
+    a.turnedAwayFull(3_000, at(), 60_000);
+    expect(a.kvWall?.waitedMs).toBe(0);
+  });
 });

@@ -34,7 +34,7 @@ describe("/dashboard", () => {
     expect(csp).not.toContain("unsafe");
     // "What the reasons mean" names every route reason a policy can give (a Record, so tsc
     // fails here when a reason is added and not listed).
-    const reasons: Record<RouteReason, true> = { pin: true, room: true, cache: true, session: true, spread: true, cost: true, spill: true, hash: true, load: true, random: true, sticky: true };
+    const reasons: Record<RouteReason, true> = { pin: true, room: true, wall: true, cache: true, session: true, spread: true, cost: true, spill: true, hash: true, load: true, random: true, sticky: true };
     const explained = [...html.matchAll(/<dt>([^<]+)<\/dt>/g)].flatMap((m) => m[1]!.split(/,\s*/));
     expect(Object.keys(reasons).filter((r) => !explained.includes(r))).toEqual([]);
     expect((await fetch(`${router.url}/dashboard/`)).status).toBe(200);

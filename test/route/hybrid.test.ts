@@ -359,3 +359,63 @@ describe("hybrid: the queue priced as the engine schedules it", () => {
     expect(r.route(doc(0, "second question"), fcfs, 2)!).toMatchObject({ replica: "gpu1", reason: "cost" });
   });
 });
+
+describe("hybrid: conversations taking turns at a card's KV wall", () => {
+  /** A conversation of `tokens` tokens whose first turn gpu0 served; its second turn (76,000 tokens) as a request. */
+  const secondTurn = (r: ReturnType<typeof router>, replicas: FleetView[]) => {
+    const messages = [{ role: "user" as const, content: words(75_000, "long conversation") }] as { role: "user" | "assistant"; content: string }[];
+    expect(send(r, chat([...messages]), replicas)!.replica).toBe("gpu0");
+    messages.push({ role: "assistant", content: "answer 1" }, { role: "user", content: words(1_000, "tool output 2") });
+    return chat(messages);
+  };
+  /** gpu0 holds it and runs another conversation's 65,000-token turn below a wall it admits below 119,000 at; the others are idle. */
+  const walled = (waitedSeconds: number, others: Partial<FleetView>[] = [{}]) =>
+    fleet(1 + others.length, [{ inflightTokens: 65_000, wall: { admitsBelow: 119_000, waitedSeconds } }, ...others]);
+  const decide = (waitedSeconds: number, others?: Partial<FleetView>[], owner: Partial<FleetView> = {}) => {
+    const r = router("hybrid");
+    const replicas = fleet(3);
+    const turn = secondTurn(r, replicas);
+    const views = walled(waitedSeconds, others);
+    Object.assign(views[0]!, owner);
+    const d = send(r, turn, views, 10)!;
+    return { ...choice(d), ...(d.from ? { from: d.from } : {}) };
+  };
+
+  // Moving costs its whole prefill on gpu1: 76,000 tokens at 4,000 a second, 19 s.
+  it("a turn that would wait there moves once the waits at the wall reach its prefill elsewhere — not before", () => {
+    expect(decide(0)).toEqual({ replica: "gpu0", reason: "pin" });
+    expect(decide(18.5)).toEqual({ replica: "gpu0", reason: "pin" });
+    expect(decide(19.5)).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+  });
+
+  it("no move for a turn that fits beside what runs there, or where no card has room beside what runs", () => {
+    // 40,000 in flight + 76,000 stay below 119,000: it does not wait.
+    expect(decide(100, [{}], { inflightTokens: 40_000 })).toEqual({ replica: "gpu0", reason: "pin" });
+    // gpu1 runs 50,000: with 76,000 past the owner's wall (gpu1 has none of its own).
+    expect(decide(100, [{ inflightTokens: 50_000 }])).toEqual({ replica: "gpu0", reason: "pin" });
+    // 30,000 there fits below the owner's wall, not below gpu1's own lower one.
+    expect(decide(100, [{ inflightTokens: 30_000 }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+    expect(decide(100, [{ inflightTokens: 30_000, wall: { admitsBelow: 100_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu0", reason: "pin" });
+    // Nothing in flight: a request alone always goes, whatever its wall.
+    expect(decide(100, [{ wall: { admitsBelow: 10_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+  });
+
+  it("of the cards it fits on, the one with the fewest tokens in flight; a slower prefill there must be paid too", () => {
+    expect(decide(100, [{ inflightTokens: 20_000 }, { inflightTokens: 10_000 }])).toEqual({ replica: "gpu2", reason: "wall", from: "gpu0" });
+    // At 2,000 tokens a second its prefill there takes 38 s: 30 s of waits are not enough.
+    expect(decide(30, [{ prefillRate: 2_000 }])).toEqual({ replica: "gpu0", reason: "pin" });
+    expect(decide(39, [{ prefillRate: 2_000 }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+  });
+
+  it("moved, the conversation's next turns are pinned to its new card", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const messages = [{ role: "user" as const, content: words(75_000, "long conversation") }] as { role: "user" | "assistant"; content: string }[];
+    send(r, chat([...messages]), replicas, 0);
+    messages.push({ role: "assistant", content: "answer 1" }, { role: "user", content: words(1_000, "tool output 2") });
+    expect(choice(send(r, chat([...messages]), walled(30), 10))).toEqual({ replica: "gpu1", reason: "wall" });
+    messages.push({ role: "assistant", content: "answer 2" }, { role: "user", content: words(1_000, "tool output 3") });
+    // gpu0's wall still stands, its waits not yet paid back: the turn stays where it now is.
+    expect(choice(send(r, chat([...messages]), walled(30), 20))).toEqual({ replica: "gpu1", reason: "pin" });
+  });
+});

@@ -210,6 +210,41 @@ describe("a llama.cpp card whose KV is full", () => {
     const metrics = await (await fetch(`${router.url}/metrics`)).text();
     expect(metrics).toContain("# TYPE llmroute_kv_full_total counter");
   });
+
+  it("two conversations taking turns at its wall while the other card idles: one moves there once the waits pay for its prefill (wall), once", async () => {
+    // 4,096 tokens of unified KV each; conversations of ~2,300 tokens: two overflow one card.
+    // 40 tokens an answer at 100 a second: a turn that waits for the other's waits ~0.4 s, and
+    // moving costs ~2,400 tokens of prefill (~1 s at 2,500 a second): some turns of waiting.
+    const llama = { engine: "llamacpp", kvTokens: 4_096, prefillTps: 2_500, decodeTps: 100 } as const;
+    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
+    await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
+
+    type Msg = { role: "system" | "user" | "assistant"; content: string };
+    const family = (name: string): Msg[] => [{ role: "system", content: `${name} ${crypto.randomUUID()} ${"lorem ipsum dolor sit amet ".repeat(340)}` }, { role: "user", content: `${name}: start` }];
+    const turn = async (messages: Msg[], i: number) => {
+      const { data, response } = await router.client().chat.completions.create({ model: "sim-model", messages, max_tokens: 40, stream: true }).withResponse();
+      const { received, error } = await readStream(data);
+      expect(error).toBeUndefined();
+      messages.push({ role: "assistant", content: received.join("") }, { role: "user", content: `tool output ${i} ${"ok ".repeat(40)}` });
+      return `${response.headers.get("x-llmroute-replica")} ${response.headers.get("x-llmroute-route")}`;
+    };
+    const [a, b, c] = [family("a"), family("b"), family("c")];
+    // The counter spreads the first turns: a and c on gpu0, b on gpu1 (b is done after it).
+    expect([await turn(a, 1), await turn(b, 1), await turn(c, 1)]).toEqual(["gpu0 spread", "gpu1 spread", "gpu0 spread"]);
+    // a and c then work at once, turn after turn.
+    const routes: [string, string][] = [];
+    for (let i = 2; i <= 7; i++) routes.push(await Promise.all([turn(a, i), turn(c, i)]));
+    const moves = routes.flat().filter((r) => r.endsWith(" wall"));
+    expect(moves).toEqual(["gpu1 wall"]);
+    // Whichever moved stays on gpu1; the other stays on gpu0; neither leaves again.
+    const last = routes.at(-1)!;
+    expect([...last].sort()).toEqual(["gpu0 pin", "gpu1 pin"]);
+    const moved = routes.findIndex((pair) => pair.some((r) => r === "gpu1 wall"));
+    expect(moved).toBeGreaterThan(0); // a wall costs waits before it moves anything
+    for (const pair of routes.slice(moved + 1)) expect([...pair].sort()).toEqual(["gpu0 pin", "gpu1 pin"]);
+  });
 });
 
 describe("after the first byte: never retried; a client that leaves stops the engine", () => {

@@ -74,7 +74,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
 
       const pick = rulePick(up, ctx, o, estimate, missing);
       // Priced over the turns to come, not this one: the one re-prefill is the point.
-      if (pick.reason === "room") return pick;
+      if (pick.reason === "room" || pick.reason === "wall") return pick;
       const price = (r: ReplicaView) => estimate(r, pick.reason === "cache");
       const picked = up.find((r) => r.name === pick.replica)!;
       const pickCost = price(picked);
@@ -109,7 +109,7 @@ function rulePick(
   missing: (r: ReplicaView) => number,
 ): Decision {
   const owner = bestMatch(up, ctx);
-  if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? { replica: owner.replica.name, reason: "pin" };
+  if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? wall(owner.replica, up, ctx, estimate) ?? { replica: owner.replica.name, reason: "pin" };
   const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
   if (owner && long) {
     // Held on several cards (a document served twice): the one that answers first.
@@ -151,6 +151,36 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
     }
   }
   return best && { replica: best.name, reason: "room" };
+}
+
+/**
+ * Conversations whose turns do not fit a card's KV together (its KV wall: llama.cpp's unified
+ * KV turned requests away as full) take turns there: each turn waits for the others' whole
+ * turns, on every turn to come, while another card may sit idle — on llama.cpp's `capacity`
+ * workload two families took turns on one card (5.5–5.9 s a turn) for the last 56 s of a 95 s
+ * run while the third's card, its family done, idled (perf/results/
+ * bench-llamacpp-20261203T0911-detail.txt). Moving one costs its whole prefill once; staying
+ * costs a wait on each turn, and how many turns are to come is not known. So, as a ski rental
+ * buys once the rent paid equals the price: a continuation that would wait at its owner's wall
+ * moves once what requests have waited at that wall (since it was set, or since the last move
+ * off it) reaches what the move costs — its estimated time to first token on a card where it
+ * fits beside what runs there (nothing runs, or the prompts in flight with it stay below that
+ * card's wall, or the owner's where it has none: cards of one pool serve one model). Of those,
+ * the one with the fewest tokens in flight. Never more than twice what the best choice in
+ * hindsight costs, whatever the number of turns; a wall that has cost no waits moves nothing.
+ */
+function wall(owner: ReplicaView, up: ReplicaView[], ctx: PolicyContext, estimate: (r: ReplicaView) => number): Decision | undefined {
+  const w = owner.wall;
+  const busy = (r: ReplicaView) => r.inflightTokens ?? 0;
+  const tokens = ctx.totalChars / owner.charsPerToken;
+  if (!w || !(busy(owner) > 0 && busy(owner) + tokens >= w.admitsBelow)) return undefined;
+  let best: ReplicaView | undefined;
+  for (const r of up) {
+    if (r === owner) continue;
+    const fits = busy(r) === 0 || busy(r) + ctx.totalChars / r.charsPerToken < (r.wall ?? w).admitsBelow;
+    if (fits && w.waitedSeconds >= estimate(r) && (!best || busy(r) < busy(best))) best = r;
+  }
+  return best && { replica: best.name, reason: "wall", from: owner.name };
 }
 
 /**
