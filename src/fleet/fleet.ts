@@ -231,10 +231,11 @@ export class Replica {
    * tokens in flight here: until `until`, a request that would bring the in-flight tokens to
    * 90 % of it waits for one of them to end (`admit`); one alone always goes. A low reading (other
    * clients' load, a request that ended just before) only makes requests wait; it lapses after
-   * a capacity window. `waitedMs`: what requests have waited at it so far (since it was set, or
-   * since a conversation last left this card for it: `wallLeft`) — what staying has cost.
+   * a capacity window (`windowMs`). `waits`: how long requests waited at it (or gave up waiting),
+   * counted from `paidAt` at the earliest — when it was set or a conversation last left this
+   * card for it (`wallLeft`): what staying has cost (`waitedMs`).
    */
-  kvWall?: { tokens: number; until: number; waitedMs: number };
+  kvWall?: { tokens: number; until: number; windowMs: number; waits: { at: number; ms: number }[]; paidAt: number };
   /** Tokens of requests turned away as full since the last dispatch here: one overflow fails them together. */
   private overflowTokens = 0;
   private kvWaiters: (() => void)[] = [];
@@ -273,15 +274,43 @@ export class Replica {
         signal.addEventListener("abort", wake, { once: true });
       });
     }
+    // A client that gave up waiting was kept waiting too.
+    const wall = this.kvWall;
+    if (wall) {
+      const at = now();
+      const ms = at - Math.max(since, wall.paidAt);
+      if (ms > 0) wall.waits.push({ at, ms });
+    }
     if (signal.aborted) return false;
-    if (this.kvWall) this.kvWall.waitedMs += now() - since;
     this.reserve(tokens);
     return true;
   }
 
-  /** A conversation left this card for its KV wall (hybrid's `wall`): what staying had cost is paid. */
-  wallLeft(): void {
-    if (this.kvWall) this.kvWall.waitedMs = 0;
+  /** What requests have waited at the KV wall standing at `now`, within its capacity window, since it was last paid (ms); 0 with none. */
+  waitedMs(now: number): number {
+    const wall = this.kvWall;
+    if (!wall || now >= wall.until) return 0;
+    const from = now - wall.windowMs;
+    while (wall.waits.length > 0 && wall.waits[0]!.at < from) wall.waits.shift();
+    return wall.waits.reduce((sum, w) => sum + w.ms, 0);
+  }
+
+  /**
+   * A conversation left this card for its KV wall (hybrid's `wall`): what staying had cost is
+   * paid, and waits count again from `now`. Returns how to take that back (the move failed
+   * before the first byte: nothing left).
+   */
+  wallLeft(now: number): () => void {
+    const wall = this.kvWall;
+    if (!wall) return () => {};
+    const { waits, paidAt } = wall;
+    wall.waits = [];
+    wall.paidAt = now;
+    return () => {
+      if (this.kvWall !== wall) return;
+      wall.waits = [...waits, ...wall.waits];
+      wall.paidAt = paidAt;
+    };
   }
 
   /** A request admitted with `tokens` is over here: those waiting for room look again, in arrival order. */
@@ -302,8 +331,11 @@ export class Replica {
     const wall = this.inflightTokens + this.overflowTokens;
     this.overflowTokens += tokens;
     const standing = this.kvWall && now < this.kvWall.until ? this.kvWall : undefined;
-    this.kvWall = { tokens: Math.min(standing?.tokens ?? Infinity, wall), until: now + windowMs, waitedMs: standing?.waitedMs ?? 0 };
-    return this.kvWall.tokens;
+    const next = standing
+      ? Object.assign(standing, { tokens: Math.min(standing.tokens, wall), until: now + windowMs, windowMs })
+      : { tokens: wall, until: now + windowMs, windowMs, waits: [], paidAt: now };
+    this.kvWall = next;
+    return next.tokens;
   }
 
   /** A request committed at `at` was sent here / has ended here. */
@@ -334,17 +366,17 @@ export class Replica {
     this.charsPerToken = Math.min(16, Math.max(0.5, this.observedChars / this.observedTokens));
   }
 
-  view(): FleetView {
+  view(now = Date.now()): FleetView {
     const pendingSince = this.prefill.oldestCommit();
     const slots = this.slots;
     const serving = this.servingSlots;
-    const wall = this.kvWall && Date.now() < this.kvWall.until ? this.kvWall : undefined;
+    const wall = this.kvWall && now < this.kvWall.until ? this.kvWall : undefined;
     return {
       name: this.name,
       healthy: this.healthy,
       inflight: this.inflight,
       inflightTokens: this.inflightTokens,
-      ...(wall ? { wall: { admitsBelow: KV_WALL_SHARE * wall.tokens, waitedSeconds: wall.waitedMs / 1000 } } : {}),
+      ...(wall ? { wall: { admitsBelow: KV_WALL_SHARE * wall.tokens, waitedSeconds: this.waitedMs(now) / 1000 } } : {}),
       load: this.inflight + this.engineWaiting,
       queuedTokens: this.prefill.withEngineQueue(this.engineWaiting),
       prefillRate: this.prefill.rate,

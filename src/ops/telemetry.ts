@@ -152,7 +152,7 @@ export class Telemetry {
           "capacity",
           `its KV turned requests away as full with ~${tokens} prompt tokens in flight (llama.cpp: "Context size has been exceeded."): requests there take turns below that until ${new Date(wall.until).toISOString()}`,
           `KV full with ~${tokens} prompt tokens in flight: requests there take turns`,
-          `The engine failed the requests it was running together because its KV could not hold them (a llama.cpp unified KV: all slots share one n_ctx). The router sent them again and holds requests to this card while the prompts in flight there would reach 90 % of ~${tokens} tokens, so they wait instead of failing. What helps: a larger -c, fewer concurrent long conversations per card, or more cards.`,
+          `The engine failed the requests it was running together because its KV could not hold them (a llama.cpp unified KV: all slots share one n_ctx). The router sent them again and holds requests to this card while the prompts in flight there would reach 90 % of ~${tokens} tokens, so they wait instead of failing.${config.routing.policy === "hybrid" ? " The running policy, hybrid, can move a conversation whose turns wait here to a card where it fits beside what runs, once the waits have cost as much as prefilling it there (route reason wall)." : ""} What helps: a larger -c, fewer concurrent long conversations per card, or more cards.`,
         );
       }
       if (r.state !== "up" && r.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
@@ -197,6 +197,7 @@ export class Telemetry {
         served: r.served,
         failovers: r.failovers,
         kv_full: r.kvFull,
+        kv_wall: wall ? { tokens: Math.round(wall.tokens), until: new Date(wall.until).toISOString(), waited_s: Math.round(r.waitedMs(now)) / 1000 } : null,
         busy: r.busy,
         over_context: r.overContext,
         models: r.cards.map((c) => c.id),
@@ -323,6 +324,12 @@ export interface ReplicaStatus {
   failovers: number;
   /** Requests turned away because the engine's KV was full (each failed over). */
   kv_full: number;
+  /**
+   * The KV wall standing there (in-flight prompt tokens its engine failed at), until when, and
+   * how long requests have waited at it within the capacity window since a conversation last
+   * left it for it (hybrid's `wall`); null while none stands.
+   */
+  kv_wall: { tokens: number; until: string; waited_s: number } | null;
   /** Requests its engine turned away with a full queue (failed over). */
   busy: number;
   /** Prompts sent longer than the context its engine cuts them to (Ollama's num_ctx). */

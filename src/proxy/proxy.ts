@@ -261,14 +261,16 @@ export function createProxy(deps: ProxyDeps): Proxy {
       const replica = candidates.find((r) => r.name === decision.replica)!;
       // A replica a reload removed still serves this request, but is not remembered.
       const retract = replica.removed ? undefined : router.commit(input, decision, committedAt);
-      // A conversation left its card's KV wall: what waiting there had cost is paid by the move.
-      if (decision.from) candidates.find((r) => r.name === decision.from)?.wallLeft();
+      // A conversation left its card's KV wall: what waiting there had cost is paid by the move
+      // (taken back if the move fails before the first byte).
+      const unpay = decision.from ? candidates.find((r) => r.name === decision.from)?.wallLeft(committedAt) : undefined;
       fleet.dispatched(replica, panic);
       tried.add(replica.name);
       const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
 
       const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, retract });
       if (result.kind === "response") return result.response;
+      unpay?.();
       if (result.kind === "client-gone") {
         record({ endpoint, model: shape.model, replica: replica.name, route, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: attempt });
         return new Response(null, { status: 499 });

@@ -31,6 +31,7 @@ function replica(name: string, over: Partial<ReplicaStatus> = {}): ReplicaStatus
     served: 10,
     failovers: 0,
     kv_full: 0,
+    kv_wall: null,
     busy: 0,
     over_context: 0,
     models: ["m"],

@@ -258,32 +258,64 @@ describe("a card whose KV turned requests away as full (llama.cpp's unified KV)"
     expect(a.inflightTokens).toBe(6_000);
   });
 
-  it("counts what requests waited at its wall (what staying costs, for hybrid's wall rule) until a conversation leaves it or it lapses", async () => {
+  it("counts what requests waited at its wall (what staying costs, for hybrid's wall rule): within its window, since a conversation last left it", async () => {
     const { a } = fleetOf("a");
-    // The view tells whether a wall stands by the real clock: this one starts now.
-    const local = { t: Date.now() };
+    // The view tells whether a wall stands by the clock it is given: this one.
+    const local = { t: 1_000_000 };
     const at = () => local.t;
-    a.admit(3_000, signal(), at);
-    a.turnedAwayFull(3_000, at(), 60_000);
-    expect(a.view()).toMatchObject({ inflightTokens: 3_000, wall: { admitsBelow: 2_700, waitedSeconds: 0 } });
-    const waiting = a.admit(3_000, signal(), at);
-    local.t += 4_000;
-    a.leave(3_000);
-    expect(await waiting).toBe(true);
-    expect(a.view().wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 4 });
-    // Another overflow while it stands keeps the account; a conversation leaving pays it.
-    a.turnedAwayFull(3_000, at(), 60_000);
-    expect(a.view().wall?.waitedSeconds).toBe(4);
-    a.wallLeft();
-    expect(a.view().wall?.waitedSeconds).toBe(0);
-    // A wall set after the last lapsed starts from nothing.
-    const second = a.admit(3_000, signal(), at);
+    /** One request waits `ms` behind another one in flight, then is admitted (or gives up). */
+    const waitBehind = async (ms: number, gone?: AbortController) => {
+      expect(a.admit(3_000, signal(), at)).toBe(true);
+      const waiting = a.admit(3_000, gone?.signal ?? signal(), at);
+      expect(waiting).toBeInstanceOf(Promise);
+      local.t += ms;
+      if (gone) gone.abort();
+      else a.leave(3_000);
+      expect(await waiting).toBe(!gone);
+      a.leave(3_000); // the one admitted last (or, when the other gave up, the first)
+    };
+    /** The engine turns a request away as full, alone: a wall at 3,000 tokens (admits below 2,700). */
+    const overflow = () => {
+      expect(a.admit(3_000, signal(), at)).toBe(true);
+      a.turnedAwayFull(3_000, at(), 60_000);
+      a.leave(3_000);
+    };
+    overflow();
+    expect(a.view(at())).toMatchObject({ inflightTokens: 0, wall: { admitsBelow: 2_700, waitedSeconds: 0 } });
+    await waitBehind(4_000);
+    expect(a.view(at()).wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 4 });
+    // A client that gave up after 1 s was kept waiting too; another overflow keeps the account.
+    await waitBehind(1_000, new AbortController());
+    overflow();
+    expect(a.waitedMs(at())).toBe(5_000);
+    // A conversation left it: paid; taken back when the move failed before the first byte.
+    const undo = a.wallLeft(at());
+    expect(a.waitedMs(at())).toBe(0);
+    undo();
+    expect(a.waitedMs(at())).toBe(5_000);
+    a.wallLeft(at());
+    // A wait under way when it was paid counts from then only.
+    expect(a.admit(3_000, signal(), at)).toBe(true);
+    const under = a.admit(3_000, signal(), at);
     local.t += 2_000;
+    a.wallLeft(at());
+    local.t += 500;
     a.leave(3_000);
-    expect(await second).toBe(true);
-    expect(a.kvWall?.waitedMs).toBe(2_000);
+    expect(await under).toBe(true);
+    a.leave(3_000);
+    expect(a.waitedMs(at())).toBe(500);
+    // Waits older than the capacity window no longer count, while the wall, refreshed, stands.
+    for (const step of [30_000, 31_000]) {
+      overflow();
+      local.t += step;
+    }
+    expect(a.view(at()).wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 0 });
+    await waitBehind(3_000);
+    expect(a.waitedMs(at())).toBe(3_000);
+    // A wall set after the last lapsed starts from nothing.
     local.t += 60_000;
-    a.turnedAwayFull(3_000, at(), 60_000);
-    expect(a.kvWall?.waitedMs).toBe(0);
+    expect(a.view(at()).wall).toBeUndefined();
+    overflow();
+    expect(a.view(at()).wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 0 });
   });
 });

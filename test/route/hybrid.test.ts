@@ -396,8 +396,17 @@ describe("hybrid: conversations taking turns at a card's KV wall", () => {
     // 30,000 there fits below the owner's wall, not below gpu1's own lower one.
     expect(decide(100, [{ inflightTokens: 30_000 }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
     expect(decide(100, [{ inflightTokens: 30_000, wall: { admitsBelow: 100_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu0", reason: "pin" });
-    // Nothing in flight: a request alone always goes, whatever its wall.
-    expect(decide(100, [{ wall: { admitsBelow: 10_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+    // Nothing in flight there but a wall it would not fit below: the card's own conversations
+    // would take turns with it.
+    expect(decide(100, [{ wall: { admitsBelow: 10_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu0", reason: "pin" });
+    expect(decide(100, [{ wall: { admitsBelow: 100_000, waitedSeconds: 0 } }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
+    // A card whose KV is known to be smaller than the conversation.
+    expect(decide(100, [{ budgetChars: 50_000 * TOKEN }])).toEqual({ replica: "gpu0", reason: "pin" });
+  });
+
+  it("no move to a card whose own wall has cost as much waiting: the conversation would take turns there instead", () => {
+    expect(decide(100, [{ wall: { admitsBelow: 119_000, waitedSeconds: 100 } }])).toEqual({ replica: "gpu0", reason: "pin" });
+    expect(decide(100, [{ wall: { admitsBelow: 119_000, waitedSeconds: 50 } }])).toEqual({ replica: "gpu1", reason: "wall", from: "gpu0" });
   });
 
   it("of the cards it fits on, the one with the fewest tokens in flight; a slower prefill there must be paid too", () => {
@@ -415,7 +424,8 @@ describe("hybrid: conversations taking turns at a card's KV wall", () => {
     messages.push({ role: "assistant", content: "answer 1" }, { role: "user", content: words(1_000, "tool output 2") });
     expect(choice(send(r, chat([...messages]), walled(30), 10))).toEqual({ replica: "gpu1", reason: "wall" });
     messages.push({ role: "assistant", content: "answer 2" }, { role: "user", content: words(1_000, "tool output 3") });
-    // gpu0's wall still stands, its waits not yet paid back: the turn stays where it now is.
+    // gpu1 holds it deepest now. (gpu0's wall, in these views, still stands with 30 s of waits
+    // and a turn in flight: were gpu0 still taken for its owner, this turn would read `wall`.)
     expect(choice(send(r, chat([...messages]), walled(30), 20))).toEqual({ replica: "gpu1", reason: "pin" });
   });
 });

@@ -213,8 +213,8 @@ describe("a llama.cpp card whose KV is full", () => {
 
   it("two conversations taking turns at its wall while the other card idles: one moves there once the waits pay for its prefill (wall), once", async () => {
     // 4,096 tokens of unified KV each; conversations of ~2,300 tokens: two overflow one card.
-    // 40 tokens an answer at 100 a second: a turn that waits for the other's waits ~0.4 s, and
-    // moving costs ~2,400 tokens of prefill (~1 s at 2,500 a second): some turns of waiting.
+    // 40 tokens an answer at 100 a second: a turn that waits for the other's turn waits ~0.4 s,
+    // and moving costs ~2,400 tokens of prefill (~1 s at 2,500 a second): some turns of waiting.
     const llama = { engine: "llamacpp", kvTokens: 4_096, prefillTps: 2_500, decodeTps: 100 } as const;
     const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
     const router = await startRouterInProcess([gpu0, gpu1]);
@@ -235,7 +235,7 @@ describe("a llama.cpp card whose KV is full", () => {
     expect([await turn(a, 1), await turn(b, 1), await turn(c, 1)]).toEqual(["gpu0 spread", "gpu1 spread", "gpu0 spread"]);
     // a and c then work at once, turn after turn.
     const routes: [string, string][] = [];
-    for (let i = 2; i <= 7; i++) routes.push(await Promise.all([turn(a, i), turn(c, i)]));
+    for (let i = 2; i <= 9; i++) routes.push(await Promise.all([turn(a, i), turn(c, i)]));
     const moves = routes.flat().filter((r) => r.endsWith(" wall"));
     expect(moves).toEqual(["gpu1 wall"]);
     // Whichever moved stays on gpu1; the other stays on gpu0; neither leaves again.
@@ -244,6 +244,16 @@ describe("a llama.cpp card whose KV is full", () => {
     const moved = routes.findIndex((pair) => pair.some((r) => r === "gpu1 wall"));
     expect(moved).toBeGreaterThan(0); // a wall costs waits before it moves anything
     for (const pair of routes.slice(moved + 1)) expect([...pair].sort()).toEqual(["gpu0 pin", "gpu1 pin"]);
+    // /status says why gpu0's requests took turns, and what the running policy does about it;
+    // the move paid what waiting there had cost, and no one has waited there since.
+    const doc = (await (await fetch(`${router.url}/status`)).json()) as {
+      findings: { replica: string; line: string; details: string | null }[];
+      replicas: { name: string; kv_wall: { tokens: number; waited_s: number } | null }[];
+    };
+    const wall = doc.findings.find((f) => f.replica === "gpu0" && f.line.startsWith("KV full"))!;
+    expect(wall.details).toContain("The running policy, hybrid, can move a conversation whose turns wait here to a card where it fits beside what runs");
+    expect(doc.replicas.find((r) => r.name === "gpu0")!.kv_wall).toMatchObject({ waited_s: 0 });
+    expect(doc.replicas.find((r) => r.name === "gpu0")!.kv_wall!.tokens).toBeGreaterThan(4_000);
   });
 });
 

@@ -4,7 +4,8 @@
  *
  * The rule at heart is the one the project started from (measured on two RTX 3090s): a continuation goes to the replica holding its
  * conversation (pin), unless that card no longer keeps it between turns and another would
- * (room: see `room`); a cold one-shot is spread by the counter (spread), so a burst uses
+ * (room: see `room`), or its turns wait at that card's KV wall for longer than moving would
+ * cost (wall: see `wall`); a cold one-shot is spread by the counter (spread), so a burst uses
  * every card. In between: a one-shot whose long prefix — a shared document, a long system
  * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
  * goes there (cache); a request whose session key was served
@@ -162,22 +163,23 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
  * bench-llamacpp-20261203T0911-detail.txt). Moving one costs its whole prefill once; staying
  * costs a wait on each turn, and how many turns are to come is not known. So, as a ski rental
  * buys once the rent paid equals the price: a continuation that would wait at its owner's wall
- * moves once what requests have waited at that wall (since it was set, or since the last move
- * off it) reaches what the move costs — its estimated time to first token on a card where it
- * fits beside what runs there (nothing runs, or the prompts in flight with it stay below that
- * card's wall, or the owner's where it has none: cards of one pool serve one model). Of those,
- * the one with the fewest tokens in flight. Never more than twice what the best choice in
- * hindsight costs, whatever the number of turns; a wall that has cost no waits moves nothing.
+ * moves once what requests have waited at that wall (within the capacity window, since it was
+ * set or last paid by such a move) reaches what the move costs — its estimated time to first
+ * token on a card where it fits beside what runs there: below that card's own wall (a request
+ * alone goes, but the card's conversations would then take turns with it), or below the
+ * owner's where nothing there says (cards of one pool serve one model), within its KV where
+ * that is known, and whose own wall has cost less waiting than the owner's. Of those, the one
+ * with the fewest tokens in flight. A wall that has cost no waits moves nothing.
  */
 function wall(owner: ReplicaView, up: ReplicaView[], ctx: PolicyContext, estimate: (r: ReplicaView) => number): Decision | undefined {
   const w = owner.wall;
   const busy = (r: ReplicaView) => r.inflightTokens ?? 0;
-  const tokens = ctx.totalChars / owner.charsPerToken;
-  if (!w || !(busy(owner) > 0 && busy(owner) + tokens >= w.admitsBelow)) return undefined;
+  if (!w || !(busy(owner) > 0 && busy(owner) + ctx.totalChars / owner.charsPerToken >= w.admitsBelow)) return undefined;
   let best: ReplicaView | undefined;
   for (const r of up) {
-    if (r === owner) continue;
-    const fits = busy(r) === 0 || busy(r) + ctx.totalChars / r.charsPerToken < (r.wall ?? w).admitsBelow;
+    if (r === owner || ctx.totalChars > r.budgetChars || (r.wall && r.wall.waitedSeconds >= w.waitedSeconds)) continue;
+    const below = r.wall?.admitsBelow ?? (busy(r) === 0 && r.inflight === 0 ? Infinity : w.admitsBelow);
+    const fits = busy(r) + ctx.totalChars / r.charsPerToken < below;
     if (fits && w.waitedSeconds >= estimate(r) && (!best || busy(r) < busy(best))) best = r;
   }
   return best && { replica: best.name, reason: "wall", from: owner.name };
