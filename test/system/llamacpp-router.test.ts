@@ -12,6 +12,8 @@
  * - a client gets exactly the bytes the engine sent (nothing added, nothing stripped);
  * - slots that thrash (--cache-ram 0) are said to be the capacity wall, never "cache off",
  *   and a RAM prompt cache that restores is never contradicted by a capacity warning;
+ * - two conversations taking turns at a unified KV's wall: one moves to the idle card once
+ *   their waits cost as much as its prefill there, and hits there;
  * - an answer llama.cpp's chat parser rejects (a 500 after the prompt was computed) reaches
  *   the client as sent, and the prompt it computed is remembered where it is cached;
  * - a replica killed and restarted mid-traffic costs no client error before the first byte.
@@ -361,6 +363,51 @@ describe("a unified KV that overflows (llama-server's default without --parallel
       const failovers = r.log.records.filter((x) => x.msg === "failover");
       expect(failovers.length).toBe(card.kv_full);
       expect(failovers.every((x) => String(x.fields.reason).startsWith('its KV is full ("Context size has been exceeded."'))).toBe(true);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("conversations taking turns at a unified KV's wall (the default policy's `wall`)", () => {
+  it(
+    "two conversations that do not fit one card's KV together: once their turns have waited as long as a prefill elsewhere, one moves to the idle card, once, and hits there",
+    async () => {
+      // As above: no --parallel, one pool of 8,192 tokens; conversations of ~6.6k tokens, two of
+      // which overflow it when their turns run together. A third card-mate finishes at once.
+      const flags = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
+      const [a, b] = await Promise.all([startLlamaReplica({ name: "wall0", flags }), startLlamaReplica({ name: "wall1", flags })]);
+      const r = await router([{ name: "gpu0", url: a.url }, { name: "gpu1", url: b.url }]);
+      const client = clientOf(r.url);
+      const conversation = (label: string): Message[] => [{ role: "system", content: "Answer briefly." }, { role: "user", content: lines(label, 330) }];
+      /** One turn: its answer (48 tokens, so a turn takes a while) and a short tool result are added. */
+      const turn = async (messages: Message[], i: number) => {
+        const { data, response } = await client.chat.completions
+          .create({ model: "tiny", messages, max_tokens: 48, temperature: 0, ...WORDS_ONLY })
+          .withResponse();
+        messages.push({ role: "assistant", content: data.choices[0]!.message.content ?? "" }, { role: "user", content: `tool output ${i}: ok` });
+        return { route: `${response.headers.get("x-llmroute-replica")} ${response.headers.get("x-llmroute-route")}`, usage: data.usage! };
+      };
+      const [x, y, z] = [conversation("first"), conversation("second"), conversation("third")];
+      // The counter spreads the first turns: x and z on gpu0, y on gpu1 (y is done after it).
+      expect([(await turn(x, 1)).route, (await turn(y, 1)).route, (await turn(z, 1)).route]).toEqual(["gpu0 spread", "gpu1 spread", "gpu0 spread"]);
+      // x and z then work at once, turn after turn: the first pair overflows gpu0's KV and the
+      // router holds one below the wall; each turn then waits for the other's.
+      const pairs: { route: string; usage: OpenAI.CompletionUsage }[][] = [];
+      for (let i = 2; i <= 10; i++) pairs.push(await Promise.all([turn(x, i), turn(z, i)]));
+      const routes = pairs.map((p) => p.map((t) => t.route));
+      expect(routes.flat().filter((route) => route.includes("wall"))).toEqual(["gpu1 wall"]);
+      const moved = routes.findIndex((p) => p.includes("gpu1 wall"));
+      expect(moved).toBeGreaterThan(0); // a wall moves nothing before it has cost waits
+      for (const p of routes.slice(moved + 1)) expect([...p].sort()).toEqual(["gpu0 pin", "gpu1 pin"]);
+      // The engine confirms what the move bought: after its one prefill on gpu1, every turn
+      // there and on gpu0 finds the conversation's whole previous prompt cached.
+      for (let k = moved + 1; k < pairs.length; k++) {
+        for (const j of [0, 1]) expect(pairs[k]![j]!.usage.prompt_tokens_details?.cached_tokens ?? 0).toBeGreaterThanOrEqual(0.99 * pairs[k - 1]![j]!.usage.prompt_tokens);
+      }
+      const s = await status(r.url);
+      const card0 = s.replicas.find((c) => c.name === "gpu0")!;
+      expect(card0.kv_full).toBeGreaterThanOrEqual(1);
+      expect(card0.kv_wall).toMatchObject({ waited_s: 0 }); // paid by the move; no one waited since
     },
     TIMEOUT,
   );
