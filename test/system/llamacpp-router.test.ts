@@ -70,6 +70,9 @@ const lines = (label: string, n: number) =>
 
 type Message = OpenAI.ChatCompletionMessageParam;
 
+/** llama-server without --parallel: 4 slots sharing one unified KV of 8,192 tokens (kv_unified). */
+const UNIFIED_FLAGS = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
+
 describe("what the router reads from llama.cpp", () => {
   it(
     "recognised as llama.cpp from its own endpoints: version, slots × per-slot context, counters; and any model name is served",
@@ -340,8 +343,7 @@ describe("a unified KV that overflows (llama-server's default without --parallel
       // llama-server packs up to 2,048 prompt tokens a step across its slots and frees the first
       // request's KV a step after its prompt ends, when the two hold about 10,240 tokens whatever
       // the arrival order (with ~4.4k-token prompts, 8,192 — all of it — and on CI both were served).
-      const flags = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
-      const [a, b] = await Promise.all([startLlamaReplica({ name: "unified0", flags }), startLlamaReplica({ name: "unified1", flags })]);
+      const [a, b] = await Promise.all([startLlamaReplica({ name: "unified0", flags: UNIFIED_FLAGS }), startLlamaReplica({ name: "unified1", flags: UNIFIED_FLAGS })]);
       // affinity: the two share their first message, so both go to the card it hashes to.
       const r = await router([{ name: "gpu0", url: a.url }, { name: "gpu1", url: b.url }], `[routing]\npolicy = "affinity"\n`);
       const client = clientOf(r.url);
@@ -372,10 +374,9 @@ describe("conversations taking turns at a unified KV's wall (the default policy'
   it(
     "two conversations that do not fit one card's KV together: once their turns have waited as long as a prefill elsewhere, one moves to the idle card, once, and hits there",
     async () => {
-      // As above: no --parallel, one pool of 8,192 tokens; conversations of ~6.6k tokens, two of
-      // which overflow it when their turns run together. A third card-mate finishes at once.
-      const flags = ["-t", "1", "-c", "8192", "--metrics", "--slots", "--no-ui", "-a", "tiny"];
-      const [a, b] = await Promise.all([startLlamaReplica({ name: "wall0", flags }), startLlamaReplica({ name: "wall1", flags })]);
+      // As above: one pool of 8,192 tokens; conversations of ~6.5k tokens, two of which overflow
+      // it when their turns run together. A third, on the other card, ends after its first turn.
+      const [a, b] = await Promise.all([startLlamaReplica({ name: "wall0", flags: UNIFIED_FLAGS }), startLlamaReplica({ name: "wall1", flags: UNIFIED_FLAGS })]);
       const r = await router([{ name: "gpu0", url: a.url }, { name: "gpu1", url: b.url }]);
       const client = clientOf(r.url);
       const conversation = (label: string): Message[] => [{ role: "system", content: "Answer briefly." }, { role: "user", content: lines(label, 330) }];
