@@ -136,6 +136,11 @@ export class Replica {
   kvBelief?: number;
   /** Commit times of the requests running here (a slotted engine's busy slots). */
   private readonly runningCommits = new Map<number, number>();
+  /** Who waits for a running request to end (`untilEnded`), by its commit time. */
+  private readonly endWaiters = new Map<number, (() => void)[]>();
+  /** Requests held for a slot here that keeps their prefix (proxy `holdForSlot`), and how long they waited in all (ms). */
+  holds = 0;
+  heldMs = 0;
   /**
    * What took it out of routing: "check" — nothing listened or /health failed, which a
    * passing check settles; "requests" — failed requests, which only a request can settle.
@@ -345,8 +350,32 @@ export class Replica {
 
   ended(at: number): void {
     const n = (this.runningCommits.get(at) ?? 0) - 1;
-    if (n > 0) this.runningCommits.set(at, n);
-    else this.runningCommits.delete(at);
+    if (n > 0) return void this.runningCommits.set(at, n);
+    this.runningCommits.delete(at);
+    const waiting = this.endWaiters.get(at);
+    this.endWaiters.delete(at);
+    for (const wake of waiting ?? []) wake();
+  }
+
+  /**
+   * Resolves when the request committed at `at` has ended here (at once if none runs), when
+   * `ms` have passed, or when `signal` aborts, whichever is first.
+   */
+  untilEnded(at: number, ms: number, signal: AbortSignal): Promise<void> {
+    if (!this.runningCommits.has(at) || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        const rest = this.endWaiters.get(at)?.filter((w) => w !== done);
+        if (rest?.length) this.endWaiters.set(at, rest);
+        else this.endWaiters.delete(at);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done, { once: true });
+      this.endWaiters.set(at, [...(this.endWaiters.get(at) ?? []), done]);
+    });
   }
 
   /**

@@ -25,6 +25,8 @@ interface Flight {
   prefillMs: number;
   /** Its first byte (ms), once seen. */
   firstByteAt?: number;
+  /** The router's commit time of its decision (Replica.began). */
+  commit?: number;
 }
 
 export class SlotQueue {
@@ -46,11 +48,27 @@ export class SlotQueue {
     return this.flights.size;
   }
 
-  /** A request was sent whose prefill is `prefillMs` at the measured rate; returns its handle. */
-  begin(prefillMs: number, now: number): number {
+  /** A request (committed at `commit`) was sent whose prefill is `prefillMs` at the measured rate; returns its handle. */
+  begin(prefillMs: number, now: number, commit?: number): number {
     const id = this.nextId++;
-    this.flights.set(id, { sentAt: now, prefillMs: Math.max(0, prefillMs) });
+    this.flights.set(id, { sentAt: now, prefillMs: Math.max(0, prefillMs), ...(commit === undefined ? {} : { commit }) });
     return id;
+  }
+
+  /**
+   * How long until the request committed at `commit` ends here (ms): what is left of its
+   * prefill and generation, as `waitSeconds` prices a slot's. Undefined before any generation
+   * was timed here, or when no such request is in flight.
+   */
+  leftMs(commit: number, now: number): number | undefined {
+    const decode = this.decodeMs;
+    if (decode === undefined) return undefined;
+    let left: number | undefined;
+    for (const f of this.flights.values()) {
+      if (f.commit !== commit) continue;
+      left = Math.max(left ?? 0, leftOf(f, decode, now));
+    }
+    return left;
   }
 
   /** Its first byte arrived (a streamed answer: it holds a slot and decodes). No handle: not followed. */
@@ -87,8 +105,7 @@ export class SlotQueue {
     const order = [...this.flights.values()].sort((a, b) => (a.firstByteAt === undefined ? 1 : 0) - (b.firstByteAt === undefined ? 1 : 0) || a.sentAt - b.sentAt);
     const free: number[] = [];
     for (const f of order.slice(0, slots)) {
-      const left = f.firstByteAt !== undefined ? decode - (now - f.firstByteAt) : Math.max(0, f.prefillMs - (now - f.sentAt)) + decode;
-      free.push(Math.max(0, left));
+      free.push(leftOf(f, decode, now));
     }
     for (const f of order.slice(slots)) {
       free.sort((a, b) => a - b);
@@ -96,4 +113,9 @@ export class SlotQueue {
     }
     return Math.min(...free) / 1000;
   }
+}
+
+/** What is left of a flight's prefill and generation at `now` (ms), given the mean generation time `decode`. */
+function leftOf(f: Flight, decode: number, now: number): number {
+  return Math.max(0, f.firstByteAt !== undefined ? decode - (now - f.firstByteAt) : Math.max(0, f.prefillMs - (now - f.sentAt)) + decode);
 }

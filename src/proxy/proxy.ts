@@ -243,21 +243,38 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const tried = new Set<string>();
     const failures: string[] = [];
     let allTimedOut = true;
+    let held = false;
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
       // A failover picks from the fleet as it is now (a reload may have removed or added
       // replicas meanwhile); only when none of those is left untried, from the snapshot.
       const candidates = attempt === 0 ? pool : untriedOr(fleet.pool(shape.model), tried, pool);
-      const { views, panic } = fleet.views(candidates, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
+      const look = () => fleet.views(candidates, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
+      let { views, panic } = look();
       // Its replica is here but cannot take it: the state exists nowhere else. (A replica
       // outside this pool, e.g. serving another model, is the engines' business.)
       if (owner && views.some((v) => v.name === owner && !v.healthy)) {
         ownerDown = owner;
         break;
       }
-      const committedAt = Date.now();
-      const decision = router.route(input, views, committedAt);
+      let committedAt = Date.now();
+      let decision = router.route(input, views, committedAt);
       if (!decision) break;
+      if (attempt === 0 && decision.estimate.busyWith !== undefined) {
+        const heldMs = await holdForSlot(candidates.find((r) => r.name === decision!.replica)!, decision.estimate, req.signal, flight);
+        if (flight.cut) break;
+        if (req.signal.aborted) {
+          record({ endpoint, model: shape.model, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: 0 });
+          return new Response(null, { status: 499 });
+        }
+        if (heldMs !== undefined) {
+          held = true;
+          ({ views, panic } = look());
+          committedAt = Date.now();
+          decision = router.route(input, views, committedAt);
+          if (!decision) break;
+        }
+      }
       const replica = candidates.find((r) => r.name === decision.replica)!;
       // A replica a reload removed still serves this request, but is not remembered.
       const retract = replica.removed ? undefined : router.commit(input, decision, committedAt);
@@ -266,7 +283,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       const unpay = decision.from ? candidates.find((r) => r.name === decision.from)?.wallLeft(committedAt) : undefined;
       fleet.dispatched(replica, panic);
       tried.add(replica.name);
-      const route = attempt === 0 ? decision.reason : `${decision.reason},failover`;
+      const route = `${decision.reason}${held ? ",held" : ""}${attempt === 0 ? "" : ",failover"}`;
 
       const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, retract });
       if (result.kind === "response") return result.response;
@@ -316,6 +333,42 @@ export function createProxy(deps: ProxyDeps): Proxy {
     return allTimedOut ? finished(504, "timeout", message) : finished(503, "no_replica", message);
   }
 
+  /**
+   * llama.cpp keeps one prompt per slot and gives a request an idle slot, never a busy one
+   * (server-context.cpp `get_available_slot` skips slots that are processing; the best match
+   * among idle ones wins by similarity), so a request whose prefix the chosen card keeps in a
+   * slot another request is using prefills all of it again in another slot — on the bench's
+   * `pressured` documents the 3 % of prompt tokens no placement recovered (perf/results/
+   * bench-llamacpp-20261203T1043.txt, "lost elsewhere"). It waits here for that request to end
+   * when that is expected sooner than the prefill it saves, and at most as long as that prefill
+   * (at worst twice its time to first token cold, when that request runs longer than its
+   * generations here have); then it is routed again. Returns how long it waited (ms), or
+   * undefined when it did not. (llama.cpp itself defers a request naming a busy slot in its
+   * `id_slot` until that slot frees — the same function — but that would change the client's
+   * body, and the router does not see which slot holds what.)
+   */
+  async function holdForSlot(replica: Replica, estimate: RouteEstimate, client: AbortSignal, flight: Flight): Promise<number | undefined> {
+    const at = estimate.busyWith!;
+    const saveMs = (estimate.capturedChars / estimate.charsPerToken / replica.prefill.rate) * 1000;
+    const started = Date.now();
+    const left = replica.flights.leftMs(at, started);
+    // Not before a generation was timed here: a burst sharing a prefix would wait for its first
+    // request's whole prefill and answer, then go cold anyway.
+    if (flight.cut || left === undefined || !(left < saveMs)) return undefined;
+    // Its client leaving, or the drain cutting it, ends the wait.
+    const stop = new AbortController();
+    const onClient = () => stop.abort();
+    client.addEventListener("abort", onClient, { once: true });
+    flight.abort = onClient;
+    await replica.untilEnded(at, saveMs, stop.signal);
+    client.removeEventListener("abort", onClient);
+    flight.abort = undefined;
+    const ms = Date.now() - started;
+    replica.holds++;
+    replica.heldMs += ms;
+    return ms;
+  }
+
   async function attemptUpstream(
     ctx: RequestContext,
     fleet: Fleet,
@@ -363,7 +416,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
     // Followed to its end only where requests wait for a slot (EngineProfile.servingSlots).
-    const inSlot = replica.profile?.servingSlots ? replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now()) : undefined;
+    const inSlot = replica.profile?.servingSlots ? replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now(), decided.committedAt) : undefined;
     deps.cluster?.loadChanged();
     const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
       abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });

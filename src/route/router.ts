@@ -89,6 +89,13 @@ export interface RouteEstimate {
   budgetChars: number;
   /** The chosen replica's slots, for an engine that keeps one prompt per slot. */
   slots?: number;
+  /**
+   * The chosen replica keeps what matched in the slot of the request committed at this time,
+   * still running there, so the engine gives this one another slot and prefills it again
+   * (llama.cpp): the proxy may hold it until that one ends (`holdForSlot`). Only for a policy
+   * that waits for slots (Policy.waitsForSlot).
+   */
+  busyWith?: number;
   /** The request carries earlier turns: only such a prompt can be re-rendered differently by a chat template. */
   continuation: boolean;
   /** Where a chat template could end this continuation's cache (it adds a user turn to a prefix the replica held). */
@@ -220,7 +227,8 @@ export class Router {
       // A prefix another request is still prefilling is not cached yet; on an engine that keeps
       // one prompt per slot, not while that request runs (its slot is busy, another slot has
       // its own KV: a burst does not share).
-      const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !(m.lastUsed > 0 && view.busyWith?.(m.lastUsed));
+      const busy = m.lastUsed > 0 && view.busyWith?.(m.lastUsed) === true;
+      const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !busy;
       // An engine that looks it up only when this request's turn comes, after that prefill
       // (vLLM), will have it: the queue grows by what is really new. Not judged, though: two
       // requests sent at once may reach the engine the other way round.
@@ -246,6 +254,7 @@ export class Router {
           blockTokens: view.blockTokens ?? 16,
           budgetChars: view.budgetChars,
           ...(view.slots ? { slots: view.slots } : {}),
+          ...(busy && this.policy.waitsForSlot ? { busyWith: m.lastUsed } : {}),
           continuation,
           ...(breaks ? { breaks } : {}),
         },

@@ -319,3 +319,42 @@ describe("a card whose KV turned requests away as full (llama.cpp's unified KV)"
     expect(a.view(at()).wall).toEqual({ admitsBelow: 2_700, waitedSeconds: 0 });
   });
 });
+
+describe("waiting for a running request to end (a held request's slot, llama.cpp)", () => {
+  const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+  it("resolves when the last request of that commit ends, not before; at once when none runs", async () => {
+    const { a } = fleetOf("a");
+    const signal = new AbortController().signal;
+    let done = false;
+    await a.untilEnded(5, 60_000, signal); // nothing committed at 5 runs: at once
+    a.began(5);
+    a.began(5); // one decision for two sequences
+    a.began(6);
+    const waiting = a.untilEnded(5, 60_000, signal).then(() => (done = true));
+    a.ended(6);
+    a.ended(5);
+    await settled();
+    expect(done).toBe(false);
+    a.ended(5);
+    await waiting;
+    expect(done).toBe(true);
+  });
+
+  it("gives up when its client leaves, or its time is up", async () => {
+    const { a } = fleetOf("a");
+    a.began(5);
+    const gone = new AbortController();
+    let left = false;
+    const waiting = a.untilEnded(5, 60_000, gone.signal).then(() => (left = true));
+    await settled();
+    expect(left).toBe(false);
+    gone.abort();
+    await settled();
+    expect(left).toBe(true); // the request still runs
+    await waiting;
+    let timedOut = false;
+    await a.untilEnded(5, 1, new AbortController().signal).then(() => (timedOut = true)); // its 1 ms timer, while the request still runs
+    expect(timedOut).toBe(true);
+  });
+});

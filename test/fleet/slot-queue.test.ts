@@ -18,6 +18,20 @@ function served(q: SlotQueue, t: number, prefillMs: number, decodeMs: number): n
 }
 
 describe("SlotQueue", () => {
+  it("what is left of one request, by its commit: its prefill, then the generation time measured", () => {
+    const q = new SlotQueue();
+    const a = q.begin(1_000, 0, 7);
+    expect(q.leftMs(7, 0)).toBeUndefined(); // no generation timed yet
+    served(q, 0, 500, 6_000);
+    expect(q.leftMs(7, 400)).toBe(600 + 6_000); // 600 ms of prefill left, then a 6 s generation
+    q.firstByte(a, 1_000);
+    expect(q.leftMs(7, 3_000)).toBe(4_000);
+    expect(q.leftMs(7, 9_000)).toBe(0); // overdue: ends any moment
+    expect(q.leftMs(8, 3_000)).toBeUndefined(); // no such request here
+    q.end(a, 9_500, true);
+    expect(q.leftMs(7, 9_500)).toBeUndefined();
+  });
+
   it("no wait while a slot is free, nor before a generation was timed", () => {
     const q = new SlotQueue();
     const a = q.begin(1_000, 0);

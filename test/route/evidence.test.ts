@@ -138,6 +138,19 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
     running = 0;
     expect(r.route(oneShot("shared"), replicas, 3)!.estimate.settled).toBe(true);
   });
+
+  it("hybrid, which waits for slots, names the running request whose slot holds the prefix; a policy that does not, none", () => {
+    for (const [policy, named] of [["hybrid", true], ["affinity", false]] as const) {
+      const r = router(policy);
+      let running = 0;
+      const replicas = fleet(1, [{ slots: 2, busyWith: (at) => at === running }]);
+      running = 1;
+      send(r, oneShot("shared"), replicas, 1);
+      expect(r.route(oneShot("shared"), replicas, 2)!.estimate.busyWith).toBe(named ? 1 : undefined);
+      running = 0;
+      expect(r.route(oneShot("shared"), replicas, 3)!.estimate.busyWith).toBeUndefined();
+    }
+  });
 });
 
 describe("the KV believed: a starting figure bounded by the evidence", () => {

@@ -14,6 +14,8 @@
  *   and a RAM prompt cache that restores is never contradicted by a capacity warning;
  * - two conversations taking turns at a unified KV's wall: one moves to the idle card once
  *   their waits cost as much as its prefill there, and hits there;
+ * - a question on a document whose slot is busy waits for that slot (hybrid) and finds the
+ *   document cached; sent at once, the engine prefills it again in another slot;
  * - an answer llama.cpp's chat parser rejects (a 500 after the prompt was computed) reaches
  *   the client as sent, and the prompt it computed is remembered where it is cached;
  * - a replica killed and restarted mid-traffic costs no client error before the first byte.
@@ -33,6 +35,7 @@ import type { StatusDocument } from "../../src/ops/telemetry.ts";
 import { startRouter, type RouterServer } from "../../src/proxy/server.ts";
 import { killAll, runCli } from "../helpers/proc.ts";
 import { startRecorder, type Recorder } from "../helpers/recorder.ts";
+import { until } from "../helpers/wait.ts";
 import { DEFAULT_LLAMA_FLAGS, startLlamaReplica, startLlamaReplicas, WORDS_ONLY } from "./_llamacpp.ts";
 
 const TIMEOUT = 600_000;
@@ -225,6 +228,63 @@ describe("shared documents through the router", () => {
       const hit = cached / prompt;
       const best = ceiling / prompt;
       expect(hit / best).toBeGreaterThanOrEqual(0.95);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("a document whose slot is busy (llama.cpp never gives a request a busy slot)", () => {
+  /**
+   * Three questions on one ~10,000-token document through `policy`: the first warms a card; the
+   * second runs there (48 tokens, EOS ignored); the third is sent at the second's first token,
+   * while its slot is busy. Returns the third's route, the tokens the engine found cached for it,
+   * and whether its first token came after the second's last.
+   */
+  async function thirdQuestion(policy: string) {
+    const replicas = await startLlamaReplicas(2, { prefix: `busy-${policy}` });
+    const r = await router(replicas.map((x, i) => ({ name: `gpu${i}`, url: x.url })), `[routing]\npolicy = "${policy}"\n`);
+    await until(async () => ((await status(r.url)).replicas.every((x) => x.engine?.family === "llamacpp") ? true : undefined), "discovery of both llama-servers");
+    const client = clientOf(r.url);
+    const doc = lines(`busy document ${crypto.randomUUID()}`, 120);
+    const events: string[] = [];
+    const ask = async (q: string, onFirst?: () => void) => {
+      const { data, response } = await client.chat.completions
+        .create({ model: "tiny", messages: [{ role: "system", content: doc }, { role: "user", content: `${q}: what does it say?` }], max_tokens: 48, stream: true, stream_options: { include_usage: true }, ignore_eos: true, ...WORDS_ONLY } as OpenAI.ChatCompletionCreateParamsStreaming)
+        .withResponse();
+      let cached = 0;
+      let prompt = 0;
+      for await (const chunk of data) {
+        if (chunk.choices[0]?.delta?.content && !events.includes(`${q} first`)) {
+          events.push(`${q} first`);
+          onFirst?.();
+        }
+        if (chunk.usage) [prompt, cached] = [chunk.usage.prompt_tokens, chunk.usage.prompt_tokens_details?.cached_tokens ?? 0];
+      }
+      events.push(`${q} end`);
+      return { replica: response.headers.get("x-llmroute-replica"), route: response.headers.get("x-llmroute-route")!, prompt, cached };
+    };
+    const q1 = await ask("q1");
+    let third: ReturnType<typeof ask> | undefined;
+    const q2 = await ask("q2", () => (third = ask("q3")));
+    const q3 = await third!;
+    return { q1, q2, q3, afterSecond: events.indexOf("q2 end") < events.indexOf("q3 first") };
+  }
+
+  it(
+    "hybrid holds the next question until that slot frees: the engine then finds the whole document cached; sent at once (affinity), it prefills it again in another slot",
+    async () => {
+      const held = await thirdQuestion("hybrid");
+      expect(held.q2.replica).toBe(held.q1.replica);
+      expect(held.q3).toMatchObject({ replica: held.q1.replica, route: "cache,held" });
+      expect(held.afterSecond).toBe(true);
+      expect(held.q1.prompt).toBeGreaterThan(8_000);
+      // The document is what the questions share: all of it but the question's own ~10 tokens.
+      expect(held.q3.cached).toBeGreaterThanOrEqual(held.q3.prompt - 30);
+
+      const atOnce = await thirdQuestion("affinity");
+      expect(atOnce.q3.replica).toBe(atOnce.q1.replica);
+      expect(atOnce.q3.route).not.toContain("held");
+      expect(atOnce.q3.cached).toBeLessThan(0.1 * atOnce.q3.prompt);
     },
     TIMEOUT,
   );

@@ -45,6 +45,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
   const o: HybridOptions = { ...DEFAULT_HYBRID, ...options };
   return {
     name: "hybrid",
+    waitsForSlot: true,
     choose(_input, replicas, ctx) {
       const up = live(replicas);
       if (up.length === 0) return undefined;
