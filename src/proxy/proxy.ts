@@ -243,36 +243,38 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const tried = new Set<string>();
     const failures: string[] = [];
     let allTimedOut = true;
-    let held = false;
+    /** While hybrid holds it for a busy slot (`holdForSlot`): the reason it was held, and until when it may wait in all. */
+    let hold: { reason: string; until: number } | undefined;
     let ownerDown: string | undefined;
     for (let attempt = 0; attempt < config.routing.max_attempts && !flight.cut; attempt++) {
       // A failover picks from the fleet as it is now (a reload may have removed or added
-      // replicas meanwhile); only when none of those is left untried, from the snapshot.
-      const candidates = attempt === 0 ? pool : untriedOr(fleet.pool(shape.model), tried, pool);
-      const look = () => fleet.views(candidates, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
-      let { views, panic } = look();
+      // replicas meanwhile); only when none of those is left untried, from the snapshot. So
+      // does a request routed again after a hold.
+      const candidates = attempt === 0 && !hold ? pool : untriedOr(fleet.pool(shape.model), tried, pool);
+      const { views, panic } = fleet.views(candidates, tried, shape.model, deps.cluster ? (r) => deps.cluster!.view(r) : undefined);
       // Its replica is here but cannot take it: the state exists nowhere else. (A replica
       // outside this pool, e.g. serving another model, is the engines' business.)
       if (owner && views.some((v) => v.name === owner && !v.healthy)) {
         ownerDown = owner;
         break;
       }
-      let committedAt = Date.now();
-      let decision = router.route(input, views, committedAt);
+      const committedAt = Date.now();
+      const decision = router.route(input, views, committedAt);
       if (!decision) break;
       if (attempt === 0 && decision.estimate.busyWith !== undefined) {
-        const heldMs = await holdForSlot(candidates.find((r) => r.name === decision!.replica)!, decision.estimate, req.signal, flight);
-        if (flight.cut) break;
-        if (req.signal.aborted) {
-          record({ endpoint, model: shape.model, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: 0 });
-          return new Response(null, { status: 499 });
-        }
-        if (heldMs !== undefined) {
-          held = true;
-          ({ views, panic } = look());
-          committedAt = Date.now();
-          decision = router.route(input, views, committedAt);
-          if (!decision) break;
+        const chosen = candidates.find((r) => r.name === decision.replica)!;
+        const waited = await holdForSlot(chosen, decision.estimate, hold?.until, req.signal, flight);
+        if (waited) {
+          hold ??= { reason: decision.reason, until: waited.until };
+          if (flight.cut) break;
+          if (req.signal.aborted) {
+            record({ endpoint, model: shape.model, replica: chosen.name, route: `${hold.reason},held`, status: 499, stream: shape.stream, outcome: "client_cancelled", totalMs: now() - started, failovers: 0 });
+            return new Response(null, { status: 499 });
+          }
+          // Routed again from the fleet as it is now: the slot is free, or another request
+          // held for it took it first (then this one may wait for that one, within its time).
+          attempt--;
+          continue;
         }
       }
       const replica = candidates.find((r) => r.name === decision.replica)!;
@@ -283,7 +285,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       const unpay = decision.from ? candidates.find((r) => r.name === decision.from)?.wallLeft(committedAt) : undefined;
       fleet.dispatched(replica, panic);
       tried.add(replica.name);
-      const route = `${decision.reason}${held ? ",held" : ""}${attempt === 0 ? "" : ",failover"}`;
+      const route = `${decision.reason}${hold ? ",held" : ""}${attempt === 0 ? "" : ",failover"}`;
 
       const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, retract });
       if (result.kind === "response") return result.response;
@@ -336,37 +338,41 @@ export function createProxy(deps: ProxyDeps): Proxy {
   /**
    * llama.cpp keeps one prompt per slot and gives a request an idle slot, never a busy one
    * (server-context.cpp `get_available_slot` skips slots that are processing; the best match
-   * among idle ones wins by similarity), so a request whose prefix the chosen card keeps in a
+   * among idle ones wins by similarity, else the least recently used, which restores the best
+   * match from the RAM prompt cache), so a request whose prefix the chosen card keeps only in a
    * slot another request is using prefills all of it again in another slot — on the bench's
-   * `pressured` documents the 3 % of prompt tokens no placement recovered (perf/results/
-   * bench-llamacpp-20261203T1043.txt, "lost elsewhere"). It waits here for that request to end
-   * when that is expected sooner than the prefill it saves, and at most as long as that prefill
-   * (at worst twice its time to first token cold, when that request runs longer than its
-   * generations here have); then it is routed again. Returns how long it waited (ms), or
-   * undefined when it did not. (llama.cpp itself defers a request naming a busy slot in its
-   * `id_slot` until that slot frees — the same function — but that would change the client's
-   * body, and the router does not see which slot holds what.)
+   * `pressured` documents, most of the 3 % of prompt tokens lost "elsewhere" (perf/results/
+   * bench-llamacpp-20261203T1043.txt). It waits here for that request to end when that is
+   * expected sooner than the prefill it saves, and at most as long as that prefill — at worst
+   * its first token comes twice as late as cold, when that request runs longer than the
+   * generations timed here. Another request held for the same slot may take it first: this one
+   * then waits for that one, within the same time (`until`, set by the first wait). Returns
+   * when the wait ended and until when it may wait in all, or undefined when it did not wait.
+   * (llama.cpp itself defers a request that names a busy slot in `id_slot`, in
+   * `process_single_task`; but that would change the client's body, and the router does not
+   * see which slot holds what. Nor does it see the RAM prompt cache: a copy saved there, since
+   * llama.cpp saves every idle slot when a task starts (`--cache-idle-slots`, on by default),
+   * makes the wait needless, which the bound keeps below the prefill.)
    */
-  async function holdForSlot(replica: Replica, estimate: RouteEstimate, client: AbortSignal, flight: Flight): Promise<number | undefined> {
+  async function holdForSlot(replica: Replica, estimate: RouteEstimate, until: number | undefined, client: AbortSignal, flight: Flight): Promise<{ until: number } | undefined> {
     const at = estimate.busyWith!;
-    const saveMs = (estimate.capturedChars / estimate.charsPerToken / replica.prefill.rate) * 1000;
     const started = Date.now();
+    const deadline = until ?? started + (estimate.capturedChars / estimate.charsPerToken / replica.prefill.rate) * 1000;
     const left = replica.flights.leftMs(at, started);
     // Not before a generation was timed here: a burst sharing a prefix would wait for its first
     // request's whole prefill and answer, then go cold anyway.
-    if (flight.cut || left === undefined || !(left < saveMs)) return undefined;
+    if (flight.cut || left === undefined || !(started + left < deadline)) return undefined;
     // Its client leaving, or the drain cutting it, ends the wait.
     const stop = new AbortController();
-    const onClient = () => stop.abort();
-    client.addEventListener("abort", onClient, { once: true });
-    flight.abort = onClient;
-    await replica.untilEnded(at, saveMs, stop.signal);
-    client.removeEventListener("abort", onClient);
+    const onStop = () => stop.abort();
+    client.addEventListener("abort", onStop, { once: true });
+    flight.abort = onStop;
+    await replica.untilEnded(at, deadline - started, stop.signal);
+    client.removeEventListener("abort", onStop);
     flight.abort = undefined;
-    const ms = Date.now() - started;
-    replica.holds++;
-    replica.heldMs += ms;
-    return ms;
+    if (until === undefined) replica.holds++;
+    replica.heldMs += Date.now() - started;
+    return { until: deadline };
   }
 
   async function attemptUpstream(

@@ -329,7 +329,7 @@ describe("waiting for a running request to end (a held request's slot, llama.cpp
     let done = false;
     await a.untilEnded(5, 60_000, signal); // nothing committed at 5 runs: at once
     a.began(5);
-    a.began(5); // one decision for two sequences
+    a.began(5); // two requests committed in the same millisecond
     a.began(6);
     const waiting = a.untilEnded(5, 60_000, signal).then(() => (done = true));
     a.ended(6);

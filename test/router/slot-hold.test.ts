@@ -5,31 +5,33 @@
  * sooner than the prefill. A real router and llama.cpp sims on loopback ports, in this process.
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { startRouterInProcess, startSimInProcess, until, type LocalRouter } from "../helpers/fleet.ts";
+import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalRouter } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
 afterAll(killAll);
 
-// A ~4,000-token document at 1,000 tokens a second: a cold prefill of ~4 s. An answer of 20
-// tokens at 50 a second: ~0.4 s. So waiting for the slot that holds the document is far sooner
-// than prefilling it again, however slow the machine.
+// A ~4,000-token document at 1,000 tokens a second: a cold prefill of ~4 s. Answers at 50
+// tokens a second: the first, of 4 tokens, times this card's generations at ~0.1 s; the
+// second, of 60, runs ~1.2 s. So waiting for the slot that holds the document is sooner than
+// prefilling it again, however slow the machine.
 const llama = { engine: "llamacpp", kvTokens: 32_768, prefillTps: 1_000, decodeTps: 50 } as const;
 
-async function discovered(router: LocalRouter): Promise<void> {
+async function fleetOf(toml = ""): Promise<LocalRouter> {
+  const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
+  const router = await startRouterInProcess([gpu0, gpu1], { toml });
   const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
   await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
+  return router;
 }
 
-/**
- * Three questions on one document: the first warms a card; the second runs there; the third is
- * sent once the second's first token arrives, while its slot is busy. Returns each answer's card,
- * route and the sim's account of its cache hit, and the order in which things happened.
- */
-async function threeQuestions(router: LocalRouter) {
+type Answer = { replica: string; route: string; prefix: string };
+
+/** Questions on one document, streamed; `events` records each one's first token and end, in order. */
+function documentAsker(router: LocalRouter) {
   const doc = `${crypto.randomUUID()} ${"lorem ipsum dolor sit amet ".repeat(600)}`;
   const events: string[] = [];
-  const ask = async (q: string, maxTokens: number, onFirst?: () => void) => {
+  const ask = async (q: string, maxTokens: number, onFirst?: () => void): Promise<Answer> => {
     const { data, response } = await router
       .client()
       .chat.completions.create({ model: "sim-model", messages: [{ role: "system", content: doc }, { role: "user", content: q }], max_tokens: maxTokens, stream: true })
@@ -46,21 +48,28 @@ async function threeQuestions(router: LocalRouter) {
     const h = (name: string) => response.headers.get(name) ?? "";
     return { replica: h("x-llmroute-replica"), route: h("x-llmroute-route"), prefix: h("x-sim-prefix") };
   };
+  return { doc, events, ask };
+}
+
+/**
+ * q1 (4 tokens) warms a card and times its generations; q2 (`secondTokens`) runs there; at
+ * q2's first token, `others` more questions are sent, while q2's slot is busy.
+ */
+async function whileBusy(router: LocalRouter, others: string[], secondTokens = 60) {
+  const { events, ask } = documentAsker(router);
   const q1 = await ask("q1", 4);
-  let third: Promise<Awaited<ReturnType<typeof ask>>> | undefined;
-  const q2 = await ask("q2", 20, () => (third = ask("q3", 4)));
-  const q3 = await third!;
-  return { q1, q2, q3, events };
+  let rest: Promise<Answer[]> | undefined;
+  const q2 = await ask("q2", secondTokens, () => (rest = Promise.all(others.map((q) => ask(q, 4)))));
+  return { q1, q2, rest: await rest!, events };
 }
 
 const cachedOf = (prefix: string) => Number(/cached=(\d+)/.exec(prefix)?.[1]);
 
 describe("a document whose llama.cpp slot is busy", () => {
   it("hybrid holds the next request for that slot: it waits for the running one to end, then finds the document cached", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
-    const router = await startRouterInProcess([gpu0, gpu1]);
-    await discovered(router);
-    const { q1, q2, q3, events } = await threeQuestions(router);
+    const router = await fleetOf();
+    const { q1, q2, rest, events } = await whileBusy(router, ["q3"]);
+    const [q3] = rest as [Answer];
 
     expect(q1.route).toBe("spread");
     expect(q2).toMatchObject({ replica: q1.replica, route: "cache" });
@@ -71,13 +80,66 @@ describe("a document whose llama.cpp slot is busy", () => {
     expect(cachedOf(q3.prefix)).toBeGreaterThan(3_500);
     const metrics = await (await fetch(`${router.url}/metrics`)).text();
     expect(metrics).toMatch(new RegExp(`llmroute_slot_holds_total\\{replica="${q1.replica}"\\} 1\\b`));
+    const heldSeconds = Number(new RegExp(`llmroute_slot_held_seconds_total\\{replica="${q1.replica}"\\} ([\\d.e-]+)`).exec(metrics)?.[1]);
+    expect(heldSeconds).toBeGreaterThan(0);
+  });
+
+  it("two held for one slot: the first takes it when it frees, the second waits for that one in turn; both find the document cached", async () => {
+    const router = await fleetOf();
+    const { q1, rest, events } = await whileBusy(router, ["q3", "q4"]);
+
+    for (const q of rest) {
+      expect(q).toMatchObject({ replica: q1.replica, route: "cache,held" });
+      expect(cachedOf(q.prefix)).toBeGreaterThan(3_500);
+    }
+    // One after the other in the same slot: whichever went first ended before the other began.
+    const [firstEnd, secondFirst] = events.indexOf("q3 first") < events.indexOf("q4 first") ? ["q3 end", "q4 first"] : ["q4 end", "q3 first"];
+    expect(events.indexOf(firstEnd)).toBeLessThan(events.indexOf(secondFirst));
+    const metrics = await (await fetch(`${router.url}/metrics`)).text();
+    expect(metrics).toMatch(new RegExp(`llmroute_slot_holds_total\\{replica="${q1.replica}"\\} 2\\b`));
+  });
+
+  it("not held when the running answer is expected to take longer than the prefill it would save", async () => {
+    const router = await fleetOf();
+    const { events, ask } = documentAsker(router);
+    // Generations here take ~6 s (300 tokens at 50 a second), the document's prefill ~4 s.
+    const q1 = await ask("q1", 300);
+    let third: Promise<Answer> | undefined;
+    await ask("q2", 300, () => (third = ask("q3", 4)));
+    const q3 = await third!;
+    expect(q3.replica).toBe(q1.replica);
+    expect(q3.route).toBe("cache");
+    expect(events.indexOf("q3 first")).toBeLessThan(events.indexOf("q2 end"));
+    expect(q3.prefix).toContain("stop=elsewhere");
+  });
+
+  it("a client that leaves while held: the router answers 499 and logs it with the card and route it was held for", async () => {
+    const router = await fleetOf();
+    const { doc, ask } = documentAsker(router);
+    const q1 = await ask("q1", 4);
+    const gone = new AbortController();
+    let sent: Promise<unknown> | undefined;
+    const q2 = ask("q2", 100, () => {
+      sent = fetch(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "sim-model", messages: [{ role: "system", content: doc }, { role: "user", content: "q3" }], max_tokens: 4, stream: true }),
+        signal: gone.signal,
+      }).catch((error: unknown) => error);
+    });
+    const holds = async () => Number(/llmroute_slot_holds_total\{replica="gpu\d"\} (\d+)/.exec(await (await fetch(`${router.url}/metrics`)).text())?.[1] ?? 0);
+    await until(async () => ((await holds()) >= 1 ? true : undefined), "q3 held");
+    gone.abort();
+    await sent;
+    const record = await until(() => logRecords(router, "request").find((r) => r.status === 499), "the router's record of the request that left");
+    expect(record).toMatchObject({ replica: q1.replica, route: "cache,held", outcome: "client_cancelled" });
+    await q2; // the answer it was held for runs on, untouched
   });
 
   it("a policy that does not wait (affinity) sends it at once: the engine gives it another slot, which prefills the document again", async () => {
-    const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
-    const router = await startRouterInProcess([gpu0, gpu1], { toml: '[routing]\npolicy = "affinity"\n' });
-    await discovered(router);
-    const { q1, q3 } = await threeQuestions(router);
+    const router = await fleetOf('[routing]\npolicy = "affinity"\n');
+    const { q1, rest } = await whileBusy(router, ["q3"]);
+    const [q3] = rest as [Answer];
 
     expect(q3.replica).toBe(q1.replica);
     expect(q3.route).not.toContain("held");

@@ -235,10 +235,11 @@ describe("shared documents through the router", () => {
 
 describe("a document whose slot is busy (llama.cpp never gives a request a busy slot)", () => {
   /**
-   * Three questions on one ~10,000-token document through `policy`: the first warms a card; the
-   * second runs there (48 tokens, EOS ignored); the third is sent at the second's first token,
-   * while its slot is busy. Returns the third's route, the tokens the engine found cached for it,
-   * and whether its first token came after the second's last.
+   * Three questions on one ~10,000-token document through `policy`: the first (4 tokens, EOS
+   * ignored) warms a card and times its generations; the second runs there (48 tokens); the
+   * third is sent at the second's first token, while its slot is busy. Returns the third's
+   * route, the tokens the engine found cached for it, and whether its first token came after
+   * the second's last.
    */
   async function thirdQuestion(policy: string) {
     const replicas = await startLlamaReplicas(2, { prefix: `busy-${policy}` });
@@ -247,9 +248,9 @@ describe("a document whose slot is busy (llama.cpp never gives a request a busy 
     const client = clientOf(r.url);
     const doc = lines(`busy document ${crypto.randomUUID()}`, 120);
     const events: string[] = [];
-    const ask = async (q: string, onFirst?: () => void) => {
+    const ask = async (q: string, maxTokens: number, onFirst?: () => void) => {
       const { data, response } = await client.chat.completions
-        .create({ model: "tiny", messages: [{ role: "system", content: doc }, { role: "user", content: `${q}: what does it say?` }], max_tokens: 48, stream: true, stream_options: { include_usage: true }, ignore_eos: true, ...WORDS_ONLY } as OpenAI.ChatCompletionCreateParamsStreaming)
+        .create({ model: "tiny", messages: [{ role: "system", content: doc }, { role: "user", content: `${q}: what does it say?` }], max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, ignore_eos: true, ...WORDS_ONLY } as OpenAI.ChatCompletionCreateParamsStreaming)
         .withResponse();
       let cached = 0;
       let prompt = 0;
@@ -263,9 +264,9 @@ describe("a document whose slot is busy (llama.cpp never gives a request a busy 
       events.push(`${q} end`);
       return { replica: response.headers.get("x-llmroute-replica"), route: response.headers.get("x-llmroute-route")!, prompt, cached };
     };
-    const q1 = await ask("q1");
+    const q1 = await ask("q1", 4);
     let third: ReturnType<typeof ask> | undefined;
-    const q2 = await ask("q2", () => (third = ask("q3")));
+    const q2 = await ask("q2", 48, () => (third = ask("q3", 4)));
     const q3 = await third!;
     return { q1, q2, q3, afterSecond: events.indexOf("q2 end") < events.indexOf("q3 first") };
   }
