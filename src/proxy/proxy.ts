@@ -360,8 +360,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const deadline = until ?? started + (estimate.capturedChars / estimate.charsPerToken / replica.prefill.rate) * 1000;
     const left = replica.flights.leftMs(at, started);
     // Not before a generation was timed here: a burst sharing a prefix would wait for its first
-    // request's whole prefill and answer, then go cold anyway.
-    if (flight.cut || left === undefined || !(started + left < deadline)) return undefined;
+    // request's whole prefill and answer, then go cold anyway. Nor while every slot is taken:
+    // the engine queues it itself, and gives it a slot only when one frees — the best match
+    // among the idle ones then (process_single_task defers it; a released slot brings the
+    // deferred tasks back) — where a request held here would queue behind those sent meanwhile.
+    const serving = replica.servingSlots;
+    if (flight.cut || left === undefined || !(started + left < deadline) || (serving !== undefined && replica.flights.size >= serving)) return undefined;
     // Its client leaving, or the drain cutting it, ends the wait.
     const stop = new AbortController();
     const onStop = () => stop.abort();

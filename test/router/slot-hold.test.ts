@@ -113,6 +113,27 @@ describe("a document whose llama.cpp slot is busy", () => {
     expect(q3.prefix).toContain("stop=elsewhere");
   });
 
+  it("every slot taken: not held — llama.cpp queues it itself and gives it the slot that frees, which holds the document", async () => {
+    // One card of two slots: a long answer on another document keeps one, q2 the other.
+    const sim = await startSimInProcess("gpu0", { ...llama, parallel: 2 });
+    const router = await startRouterInProcess([sim]);
+    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
+    await until(async () => ((await status()).replicas[0]?.engine?.family === "llamacpp" ? true : undefined), "the router's discovery of the llama.cpp engine");
+    const { events, ask } = documentAsker(router);
+    const other = documentAsker(router);
+    await ask("q1", 4); // the document in one slot; this card's generations timed
+    let second: Promise<Answer> | undefined;
+    let third: Promise<Answer> | undefined;
+    // ~4 s on another document in the other slot; at its first token q2 takes the document's
+    // slot (~1.2 s), and at q2's first token q3 comes: both slots are taken.
+    const long = other.ask("long", 200, () => (second = ask("q2", 60, () => (third = ask("q3", 4)))));
+    const q3 = await until(() => third, "q3's answer");
+    expect(q3.route).toBe("cache");
+    expect(events.indexOf("q2 end")).toBeLessThan(events.indexOf("q3 first"));
+    expect(cachedOf(q3.prefix)).toBeGreaterThan(3_500);
+    await Promise.all([second, long]);
+  });
+
   it("a client that leaves while held: the router answers 499 and logs it with the card and route it was held for", async () => {
     const router = await fleetOf();
     const { doc, ask } = documentAsker(router);
