@@ -17,11 +17,12 @@ afterAll(killAll);
 // prefilling it again, however slow the machine.
 const llama = { engine: "llamacpp", kvTokens: 32_768, prefillTps: 1_000, decodeTps: 50 } as const;
 
-async function fleetOf(toml = ""): Promise<LocalRouter> {
-  const [gpu0, gpu1] = await Promise.all([startSimInProcess("gpu0", llama), startSimInProcess("gpu1", llama)]);
-  const router = await startRouterInProcess([gpu0, gpu1], { toml });
+/** A router in front of `cards` llama.cpp sims (`extra` added to their options), once it has recognised them all. */
+async function fleetOf(toml = "", cards = 2, extra: { parallel?: number } = {}): Promise<LocalRouter> {
+  const sims = await Promise.all(Array.from({ length: cards }, (_, i) => startSimInProcess(`gpu${i}`, { ...llama, ...extra })));
+  const router = await startRouterInProcess(sims, { toml });
   const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
-  await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of both llama.cpp engines");
+  await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of the llama.cpp engines");
   return router;
 }
 
@@ -115,10 +116,7 @@ describe("a document whose llama.cpp slot is busy", () => {
 
   it("every slot taken: not held — llama.cpp queues it itself and gives it the slot that frees, which holds the document", async () => {
     // One card of two slots: a long answer on another document keeps one, q2 the other.
-    const sim = await startSimInProcess("gpu0", { ...llama, parallel: 2 });
-    const router = await startRouterInProcess([sim]);
-    const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
-    await until(async () => ((await status()).replicas[0]?.engine?.family === "llamacpp" ? true : undefined), "the router's discovery of the llama.cpp engine");
+    const router = await fleetOf("", 1, { parallel: 2 });
     const { events, ask } = documentAsker(router);
     const other = documentAsker(router);
     await ask("q1", 4); // the document in one slot; this card's generations timed
