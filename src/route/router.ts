@@ -195,6 +195,11 @@ export class Router {
   /** How long the latest continuations came after their conversation's previous turn (ms): a ring. */
   private readonly turnGaps = new Float64Array(TURN_GAPS);
   private turnGapsSeen = 0;
+  /**
+   * Requests whose turn gap is counted: one routed again (after a hold for a busy slot, or a
+   * failover) came back once, not twice, and the second gap would add the wait.
+   */
+  private readonly gapCounted = new WeakSet<RouteInput>();
 
   constructor(options: RouterOptions) {
     this.policy = options.policy;
@@ -294,7 +299,10 @@ export class Router {
     // match; a shorter one elsewhere, a system prompt another conversation just used, says
     // nothing of this one) to now.
     const previous = continuation ? bestMatch(replicas, ctx) : undefined;
-    if (previous && now >= previous.match.lastUsed) this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.match.lastUsed;
+    if (previous && now >= previous.match.lastUsed && !this.gapCounted.has(input)) {
+      this.gapCounted.add(input);
+      this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.match.lastUsed;
+    }
     const decision = this.policy.choose(input, replicas, ctx);
     if (!decision) return undefined;
     const final = this.spill(decision, replicas);

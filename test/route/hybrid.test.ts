@@ -218,6 +218,23 @@ describe("hybrid: what a full card would lose", () => {
     expect(r.turnHorizon()).toBe(100);
   });
 
+  it("a turn routed again (after a hold for a busy slot, or a failover) counts its gap once: the wait is not a gap", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const agent = conversation(words(500, "agent"), words(1_000, "task"));
+    send(r, chat(agent.messages), replicas, 0);
+    for (let i = 1; i <= 8; i++) {
+      agent.next(i);
+      const turn = chat(agent.messages);
+      // Routed 10 s after the previous turn began, held 2.5 s, routed again and sent.
+      r.route(turn, replicas, i * 10_000);
+      send(r, turn, replicas, i * 10_000 + 2_500);
+    }
+    // The first turn came 10 s after the conversation began, the others 7.5 s after the
+    // previous one was sent: the longest gap is 10 s, not 12.5 s (that gap and the wait).
+    expect(r.turnHorizon()).toBe(10_000);
+  });
+
   it("a burst after the agents have gone quiet spreads evenly over a card full of the last burst's tasks: they are not coming back", () => {
     // gpu0 holds the agent (~13k) and half the first burst (~13k): full. What a member would
     // push out there is the oldest — the first burst's tasks, sent once, long before the
