@@ -226,7 +226,7 @@ describe("hybrid: what a full card would lose", () => {
     for (let i = 1; i <= 8; i++) {
       agent.next(i);
       const turn = chat(agent.messages);
-      // Routed 10 s after the previous turn began, held 2.5 s, routed again and sent.
+      // Routed at i × 10 s, held 2.5 s, then routed again and sent.
       r.route(turn, replicas, i * 10_000);
       send(r, turn, replicas, i * 10_000 + 2_500);
     }
