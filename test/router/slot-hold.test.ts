@@ -146,7 +146,8 @@ describe("a document whose llama.cpp slot is busy", () => {
         signal: gone.signal,
       }).catch((error: unknown) => error);
     });
-    const holds = async () => Number(/llmroute_slot_holds_total\{replica="gpu\d"\} (\d+)/.exec(await (await fetch(`${router.url}/metrics`)).text())?.[1] ?? 0);
+    // The card the document is on: the other card's counter (0) may come first in /metrics.
+    const holds = async () => Number(new RegExp(`llmroute_slot_holds_total\\{replica="${q1.replica}"\\} (\\d+)`).exec(await (await fetch(`${router.url}/metrics`)).text())?.[1] ?? 0);
     await until(async () => ((await holds()) >= 1 ? true : undefined), "q3 held");
     gone.abort();
     await sent;
