@@ -95,9 +95,28 @@ async function benchTarget(target: Target, options: BenchOptions, io: BenchIo, f
     const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
     io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
     if (fleet) io.progress.line(instancesLine(fleet, redisStarted));
-    results.push(await runBench(target, options, run, io.progress));
+    results.push(await runBench(target, runOptions(options, r), run, io.progress));
   }
   return engineBlock(results, label);
+}
+
+/**
+ * Run r's options: the shared, pressured and llmd arrivals are drawn from --seed + r − 1, so
+ * each run is a fresh sample of the workload, as the agents' tool pauses already are (drawn
+ * from the run's id), and the spread of the runs says how much a figure owes to one arrival
+ * sequence. Every arm of a run gets the same arrivals. Replaying one sequence in every run
+ * measured timing noise only: llama.cpp's llmd row read 1.18× round-robin on seed 1 and
+ * 1.07×, 1.03×, 0.87× on seeds 2–4 (perf/results/experiment-seeds-20261203.md).
+ */
+export function runOptions(options: BenchOptions, r: number): BenchOptions {
+  if (r === 1) return options;
+  const k = r - 1;
+  return {
+    ...options,
+    shared: { ...options.shared, seed: options.shared.seed + k },
+    pressured: { ...options.pressured, seed: options.pressured.seed + k },
+    llmd: { ...options.llmd, seed: options.llmd.seed + k },
+  };
 }
 
 /**

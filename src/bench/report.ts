@@ -679,10 +679,13 @@ export function describeRun(blocks: readonly EngineBlock[], runs: number): { tit
       `${setups[0] ? `; ${kvTokensText(setups[0].kvTokens, kv)}` : ""}; time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`;
   } else where = `${t.replicas.length} replicas from ${first.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
   const elapsed = blocks.reduce((a, b) => a + b.result.elapsedS, 0);
+  // Run r draws the shared, pressured and llmd arrivals from --seed + r − 1 (command.ts runOptions).
+  const seed = first.options.shared.seed;
+  const seeds = `arrivals seed${runs > 1 ? `s ${seed}–${seed + runs - 1}` : ` ${seed}`}`;
   const title =
     blocks.length > 1
-      ? `${blocks.length} engine setups × ${runs} run${runs > 1 ? "s" : ""}, ${elapsed.toFixed(0)} s real`
-      : `${runs > 1 ? `${runs} runs ${first.run.split("+").join(", ")}` : `run ${first.run}`}, ${elapsed.toFixed(0)} s real`;
+      ? `${blocks.length} engine setups × ${runs} run${runs > 1 ? "s" : ""}, ${seeds}, ${elapsed.toFixed(0)} s real`
+      : `${runs > 1 ? `${runs} runs ${first.run.split("+").join(", ")}` : `run ${first.run}`}, ${seeds}, ${elapsed.toFixed(0)} s real`;
   return { title, where };
 }
 
@@ -792,7 +795,12 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
       // What the router ended up believing is each run's own (under runs[] in the JSON).
       return pooled;
     });
-    return { ...w, arms };
+    // Each run's arrivals are its own (runOptions), and so is its ceiling; every run offers the
+    // same number of prompt tokens (sizes do not depend on the seed), so the pooled ceiling is
+    // the runs' mean.
+    const ceilings = results.map((r) => r.workloads[i]!.ceiling);
+    const ceiling = ceilings.every((c) => c !== undefined) ? ceilings.reduce((a, c) => a + c!, 0) / ceilings.length : undefined;
+    return { ...w, arms, ...(ceiling === undefined ? {} : { ceiling }) };
   });
   return { ...first, run: results.map((r) => r.run).join("+"), elapsedS: results.reduce((sum, r) => sum + r.elapsedS, 0), workloads };
 }

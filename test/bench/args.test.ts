@@ -2,7 +2,8 @@ import { describe, expect, it } from "bun:test";
 import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, WORKLOAD_NAMES } from "../../src/bench/args.ts";
 import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
-import { agentFirstTokens } from "../../src/bench/workloads.ts";
+import { runOptions } from "../../src/bench/command.ts";
+import { agentFirstTokens, sharedRequests } from "../../src/bench/workloads.ts";
 
 describe("parseBenchArgs", () => {
   it("defaults: two sims, five policies (the seed's hybrid-plain beside hybrid) plus the oracle, every workload, one run, the seed's sizes", () => {
@@ -106,6 +107,15 @@ describe("parseBenchArgs", () => {
     expect(o.llmd).toEqual({ groups: 4, promptsPerGroup: 3, systemTokens: 2_000, questionTokens: 100, replyTokens: 16, warmupRate: 2, rates: [0.5, 3, 9], rungRequests: 12, seed: 9 });
     expect(o.shared.seed).toBe(9);
     expect(o.runs).toBe(2);
+    // Each run draws its arrivals from the next seed: run 1 from --seed, run 2 from --seed + 1;
+    // nothing else changes.
+    expect(runOptions(o, 1)).toBe(o);
+    const second = runOptions(o, 2);
+    expect([second.shared.seed, second.pressured.seed, second.llmd.seed]).toEqual([10, 10, 10]);
+    expect({ ...second, shared: o.shared, pressured: o.pressured, llmd: o.llmd }).toEqual(o);
+    expect({ ...second.llmd, seed: 9 }).toEqual(o.llmd);
+    // And the arrivals do differ: a workload drawn from seed 10 is not seed 9's.
+    expect(sharedRequests(second.shared, "").map((r) => r.doc)).not.toEqual(sharedRequests(o.shared, "").map((r) => r.doc));
   });
 
   it.each([

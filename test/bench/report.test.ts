@@ -402,6 +402,13 @@ describe("several runs pooled for the detailed tables", () => {
     const r = run("a", 1_000);
     expect(poolRuns([r])).toBe(r);
   });
+
+  it("the hit-rate ceiling is the runs' mean: each run draws its own arrivals, so its own ceiling", () => {
+    const withCeiling = (id: string, ceiling: number): BenchResult => ({ ...run(id, 1_000), workloads: [{ ...run(id, 1_000).workloads[0]!, workload: "shared", ceiling }] });
+    expect(poolRuns([withCeiling("a", 0.8), withCeiling("b", 0.9)]).workloads[0]!.ceiling).toBeCloseTo(0.85, 12);
+    // A workload without one (agent) gets none.
+    expect(poolRuns([run("a", 1_000), run("b", 1_000)]).workloads[0]!.ceiling).toBeUndefined();
+  });
 });
 
 describe("index corrections, checked against the sim's evictions", () => {
