@@ -234,7 +234,7 @@ export const benchArgs = {
   "llmd-rates": { type: "string", description: `llmd: the ladder, comma-separated requests per model second (${DEFAULTS.llmd.rates.join(",")})` },
   "llmd-rung-requests": { type: "string", description: `llmd: requests per rung (${DEFAULTS.llmd.rungRequests})` },
   "llmd-warmup-rate": { type: "string", description: `llmd: rate of the warm-up, one full set of prompts (${DEFAULTS.llmd.warmupRate})` },
-  seed: { type: "string", description: "Seed of the shared, pressured and llmd arrivals and choices (1)" },
+  seed: { type: "string", description: "Seed of the shared, pressured and llmd arrivals and choices; run r uses seed + r − 1 (1)" },
   runs: { type: "string", description: "Repeat the whole bench N times, each with a fresh salt; the matrix shows the median and spread (1)" },
   json: { type: "string", description: "Write every sample and summary to this JSON file" },
   report: { type: "string", description: "Write a self-contained HTML report with charts to this file" },
