@@ -152,6 +152,28 @@ export const DEFAULTS: Sizes = {
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
 };
 
+/** The workloads whose arrivals `--seed` draws (the agents' pauses come from the run's id). */
+export const SEEDED_WORKLOADS: readonly WorkloadName[] = ["shared", "pressured", "llmd"];
+
+/**
+ * Run r's options: the shared, pressured and llmd arrivals are drawn from --seed + r − 1, so
+ * each run is a fresh sample of the workload, as the agents' tool pauses already are (drawn
+ * from the run's id), and the spread of the runs says how much a figure owes to one arrival
+ * sequence. Every arm of a run gets the same arrivals. Replaying one sequence in every run
+ * measured timing noise only: llama.cpp's llmd row read 1.18× round-robin on seed 1 and
+ * 1.07×, 1.03×, 0.87× on seeds 2–4 (perf/results/experiment-seeds-20261203.md).
+ */
+export function runOptions(options: BenchOptions, r: number): BenchOptions {
+  if (r === 1) return options;
+  const k = r - 1;
+  return {
+    ...options,
+    shared: { ...options.shared, seed: options.shared.seed + k },
+    pressured: { ...options.pressured, seed: options.pressured.seed + k },
+    llmd: { ...options.llmd, seed: options.llmd.seed + k },
+  };
+}
+
 /**
  * `--small`: sizes for real replicas on a small machine — two llama-servers on 2 CPU cores
  * prefill about 1,100–1,500 tokens/s each (measured here), so the 90k-token agent of the

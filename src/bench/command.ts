@@ -9,7 +9,7 @@ import { defineCommand } from "citty";
 import { startRedisServer, type RedisServer } from "../cluster/redis-server.ts";
 import { loadConfigFile } from "../config.ts";
 import type { EngineProfileName, TemplateName } from "../sim/index.ts";
-import { benchArgs, parseBenchArgs, type BenchOptions } from "./args.ts";
+import { benchArgs, parseBenchArgs, runOptions, type BenchOptions } from "./args.ts";
 import { renderHtml } from "./html.ts";
 import { buildMatrix, stackMatrices, type Matrix } from "./matrix.ts";
 import { correctionSummary, engineBlock, renderText, type EngineBlock } from "./report.ts";
@@ -98,25 +98,6 @@ async function benchTarget(target: Target, options: BenchOptions, io: BenchIo, f
     results.push(await runBench(target, runOptions(options, r), run, io.progress));
   }
   return engineBlock(results, label);
-}
-
-/**
- * Run r's options: the shared, pressured and llmd arrivals are drawn from --seed + r − 1, so
- * each run is a fresh sample of the workload, as the agents' tool pauses already are (drawn
- * from the run's id), and the spread of the runs says how much a figure owes to one arrival
- * sequence. Every arm of a run gets the same arrivals. Replaying one sequence in every run
- * measured timing noise only: llama.cpp's llmd row read 1.18× round-robin on seed 1 and
- * 1.07×, 1.03×, 0.87× on seeds 2–4 (perf/results/experiment-seeds-20261203.md).
- */
-export function runOptions(options: BenchOptions, r: number): BenchOptions {
-  if (r === 1) return options;
-  const k = r - 1;
-  return {
-    ...options,
-    shared: { ...options.shared, seed: options.shared.seed + k },
-    pressured: { ...options.pressured, seed: options.pressured.seed + k },
-    llmd: { ...options.llmd, seed: options.llmd.seed + k },
-  };
 }
 
 /**

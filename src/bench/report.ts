@@ -6,7 +6,7 @@
  */
 import { int, pct, table } from "../ops/table.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
-import type { WorkloadName } from "./args.ts";
+import { SEEDED_WORKLOADS, type WorkloadName } from "./args.ts";
 import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
 import { burstFigure, fmt, keyFigure, matrixText, type Matrix } from "./matrix.ts";
 import { ratio, shares, summarize, type Summary } from "./stats.ts";
@@ -679,13 +679,15 @@ export function describeRun(blocks: readonly EngineBlock[], runs: number): { tit
       `${setups[0] ? `; ${kvTokensText(setups[0].kvTokens, kv)}` : ""}; time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`;
   } else where = `${t.replicas.length} replicas from ${first.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
   const elapsed = blocks.reduce((a, b) => a + b.result.elapsedS, 0);
-  // Run r draws the shared, pressured and llmd arrivals from --seed + r − 1 (command.ts runOptions).
+  // Run r draws the shared, pressured and llmd arrivals from --seed + r − 1 (args.ts runOptions);
+  // named only when one of them ran.
   const seed = first.options.shared.seed;
-  const seeds = `arrivals seed${runs > 1 ? `s ${seed}–${seed + runs - 1}` : ` ${seed}`}`;
+  const seeded = first.options.workloads.some((w) => SEEDED_WORKLOADS.includes(w));
+  const seeds = seeded ? `, arrivals seed${runs > 1 ? `s ${seed}–${seed + runs - 1}` : ` ${seed}`}` : "";
   const title =
     blocks.length > 1
-      ? `${blocks.length} engine setups × ${runs} run${runs > 1 ? "s" : ""}, ${seeds}, ${elapsed.toFixed(0)} s real`
-      : `${runs > 1 ? `${runs} runs ${first.run.split("+").join(", ")}` : `run ${first.run}`}, ${seeds}, ${elapsed.toFixed(0)} s real`;
+      ? `${blocks.length} engine setups × ${runs} run${runs > 1 ? "s" : ""}${seeds}, ${elapsed.toFixed(0)} s real`
+      : `${runs > 1 ? `${runs} runs ${first.run.split("+").join(", ")}` : `run ${first.run}`}${seeds}, ${elapsed.toFixed(0)} s real`;
   return { title, where };
 }
 
@@ -795,7 +797,7 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
       // What the router ended up believing is each run's own (under runs[] in the JSON).
       return pooled;
     });
-    // Each run's arrivals are its own (runOptions), and so is its ceiling; every run offers the
+    // Each run's arrivals are its own (args.ts runOptions), and so is its ceiling; every run offers the
     // same number of prompt tokens (sizes do not depend on the seed), so the pooled ceiling is
     // the runs' mean.
     const ceilings = results.map((r) => r.workloads[i]!.ceiling);

@@ -1,8 +1,7 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, WORKLOAD_NAMES } from "../../src/bench/args.ts";
 import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
-import { runOptions } from "../../src/bench/command.ts";
 import { agentFirstTokens, sharedRequests } from "../../src/bench/workloads.ts";
 
 describe("parseBenchArgs", () => {
@@ -107,13 +106,17 @@ describe("parseBenchArgs", () => {
     expect(o.llmd).toEqual({ groups: 4, promptsPerGroup: 3, systemTokens: 2_000, questionTokens: 100, replyTokens: 16, warmupRate: 2, rates: [0.5, 3, 9], rungRequests: 12, seed: 9 });
     expect(o.shared.seed).toBe(9);
     expect(o.runs).toBe(2);
-    // Each run draws its arrivals from the next seed: run 1 from --seed, run 2 from --seed + 1;
-    // nothing else changes.
+  });
+
+  it("each run draws its arrivals from the next seed: run 1 from --seed, run 2 from --seed + 1; nothing else changes", () => {
+    const o = parseBenchArgs({ seed: "9", runs: "2" });
     expect(runOptions(o, 1)).toBe(o);
     const second = runOptions(o, 2);
     expect([second.shared.seed, second.pressured.seed, second.llmd.seed]).toEqual([10, 10, 10]);
     expect({ ...second, shared: o.shared, pressured: o.pressured, llmd: o.llmd }).toEqual(o);
     expect({ ...second.llmd, seed: 9 }).toEqual(o.llmd);
+    expect({ ...second.shared, seed: 9 }).toEqual(o.shared);
+    expect({ ...second.pressured, seed: 9 }).toEqual(o.pressured);
     // And the arrivals do differ: a workload drawn from seed 10 is not seed 9's.
     expect(sharedRequests(second.shared, "").map((r) => r.doc)).not.toEqual(sharedRequests(o.shared, "").map((r) => r.doc));
   });

@@ -403,6 +403,15 @@ describe("several runs pooled for the detailed tables", () => {
     expect(poolRuns([r])).toBe(r);
   });
 
+  it("the title names the runs' arrival seeds when a seeded workload ran, and none when none did", () => {
+    const pooled = (workload: string) => {
+      const options = parseBenchArgs({ workload, seed: "3", runs: "2" });
+      return engineBlock([{ ...run("a", 1_000), options }, { ...run("b", 1_000), options }]);
+    };
+    expect(describeRun([pooled("agent,llmd")], 2).title).toBe("2 runs a, b, arrivals seeds 3–4, 20 s real");
+    expect(describeRun([pooled("agent,burst")], 2).title).toBe("2 runs a, b, 20 s real");
+  });
+
   it("the hit-rate ceiling is the runs' mean: each run draws its own arrivals, so its own ceiling", () => {
     const withCeiling = (id: string, ceiling: number): BenchResult => ({ ...run(id, 1_000), workloads: [{ ...run(id, 1_000).workloads[0]!, workload: "shared", ceiling }] });
     expect(poolRuns([withCeiling("a", 0.8), withCeiling("b", 0.9)]).workloads[0]!.ceiling).toBeCloseTo(0.85, 12);
