@@ -152,8 +152,9 @@ export const DEFAULTS: Sizes = {
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
 };
 
+const SEEDED = ["shared", "pressured", "llmd"] as const;
 /** The workloads whose arrivals `--seed` draws (the agents' pauses come from the run's id). */
-export const SEEDED_WORKLOADS: readonly WorkloadName[] = ["shared", "pressured", "llmd"];
+export const SEEDED_WORKLOADS: readonly WorkloadName[] = SEEDED;
 
 /**
  * Run r's options: the shared, pressured and llmd arrivals are drawn from --seed + r − 1, so
@@ -165,13 +166,12 @@ export const SEEDED_WORKLOADS: readonly WorkloadName[] = ["shared", "pressured",
  */
 export function runOptions(options: BenchOptions, r: number): BenchOptions {
   if (r === 1) return options;
-  const k = r - 1;
-  return {
-    ...options,
-    shared: { ...options.shared, seed: options.shared.seed + k },
-    pressured: { ...options.pressured, seed: options.pressured.seed + k },
-    llmd: { ...options.llmd, seed: options.llmd.seed + k },
+  const next: BenchOptions = { ...options };
+  const reseed = <W extends (typeof SEEDED)[number]>(w: W) => {
+    next[w] = { ...options[w], seed: options[w].seed + r - 1 };
   };
+  SEEDED.forEach(reseed);
+  return next;
 }
 
 /**

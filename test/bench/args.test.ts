@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, SEEDED_WORKLOADS, WORKLOAD_NAMES } from "../../src/bench/args.ts";
 import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
 import { agentFirstTokens, sharedRequests } from "../../src/bench/workloads.ts";
@@ -117,6 +117,8 @@ describe("parseBenchArgs", () => {
     expect({ ...second.llmd, seed: 9 }).toEqual(o.llmd);
     expect({ ...second.shared, seed: 9 }).toEqual(o.shared);
     expect({ ...second.pressured, seed: 9 }).toEqual(o.pressured);
+    // The seeded workloads are exactly those whose options carry a seed: one added later is reseeded too.
+    expect(WORKLOAD_NAMES.filter((w) => "seed" in DEFAULTS[w])).toEqual([...SEEDED_WORKLOADS]);
     // And the arrivals do differ: a workload drawn from seed 10 is not seed 9's.
     expect(sharedRequests(second.shared, "").map((r) => r.doc)).not.toEqual(sharedRequests(o.shared, "").map((r) => r.doc));
   });
