@@ -134,9 +134,9 @@ export class Replica {
   readonly dispatchTimes: number[] = [];
   /** The KV the router believes this card holds, in tokens (starting belief bounded by evidence); undefined = unknown. */
   kvBelief?: number;
-  /** Commit times of the requests running here (a slotted engine's busy slots). */
+  /** Commit tags (Router.commit) of the requests running here (a slotted engine's busy slots), each with how many run under it. */
   private readonly runningCommits = new Map<number, number>();
-  /** Who waits for a running request to end (`untilEnded`), by its commit time. */
+  /** Who waits for a running request to end (`untilEnded`), by its commit tag. */
   private readonly endWaiters = new Map<number, (() => void)[]>();
   /** Requests held for a slot here that keeps their prefix (proxy `holdForSlot`), and how long they waited in all (ms). */
   holds = 0;
@@ -343,38 +343,44 @@ export class Replica {
     return next.tokens;
   }
 
-  /** A request committed at `at` was sent here / has ended here. */
-  began(at: number): void {
-    this.runningCommits.set(at, (this.runningCommits.get(at) ?? 0) + 1);
+  /**
+   * The request whose decision was committed with tag `commit` (Router.commit) was sent here /
+   * has ended here. A tag, not the commit time: two commits can share a millisecond. 0 (no
+   * commit: a replica a reload removed) is not followed.
+   */
+  began(commit: number): void {
+    if (commit === 0) return;
+    this.runningCommits.set(commit, (this.runningCommits.get(commit) ?? 0) + 1);
   }
 
-  ended(at: number): void {
-    const n = (this.runningCommits.get(at) ?? 0) - 1;
-    if (n > 0) return void this.runningCommits.set(at, n);
-    this.runningCommits.delete(at);
-    const waiting = this.endWaiters.get(at);
-    this.endWaiters.delete(at);
+  ended(commit: number): void {
+    if (commit === 0) return;
+    const n = (this.runningCommits.get(commit) ?? 0) - 1;
+    if (n > 0) return void this.runningCommits.set(commit, n);
+    this.runningCommits.delete(commit);
+    const waiting = this.endWaiters.get(commit);
+    this.endWaiters.delete(commit);
     for (const wake of waiting ?? []) wake();
   }
 
   /**
-   * Resolves when the request committed at `at` has ended here (at once if none runs), when
-   * `ms` have passed, or when `signal` aborts, whichever is first.
+   * Resolves when the request committed with tag `commit` has ended here (at once if none
+   * runs), when `ms` have passed, or when `signal` aborts, whichever is first.
    */
-  untilEnded(at: number, ms: number, signal: AbortSignal): Promise<void> {
-    if (!this.runningCommits.has(at) || signal.aborted) return Promise.resolve();
+  untilEnded(commit: number, ms: number, signal: AbortSignal): Promise<void> {
+    if (!this.runningCommits.has(commit) || signal.aborted) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
         signal.removeEventListener("abort", done);
-        const rest = this.endWaiters.get(at)?.filter((w) => w !== done);
-        if (rest?.length) this.endWaiters.set(at, rest);
-        else this.endWaiters.delete(at);
+        const rest = this.endWaiters.get(commit)?.filter((w) => w !== done);
+        if (rest?.length) this.endWaiters.set(commit, rest);
+        else this.endWaiters.delete(commit);
         resolve();
       };
       const timer = setTimeout(done, ms);
       signal.addEventListener("abort", done, { once: true });
-      this.endWaiters.set(at, [...(this.endWaiters.get(at) ?? []), done]);
+      this.endWaiters.set(commit, [...(this.endWaiters.get(commit) ?? []), done]);
     });
   }
 
@@ -416,7 +422,7 @@ export class Replica {
       ...(this.profile ? { queue: this.prefill.pendingTokens(), concurrency: this.profile.prefillConcurrency(this.facts?.capacity) } : {}),
       ...(pendingSince === undefined ? {} : { pendingSince }),
       ...(this.profile?.matchedWhenScheduled ? { matchedWhenScheduled: true } : {}),
-      ...(slots ? { slots, busyWith: (at: number) => this.runningCommits.has(at) } : {}),
+      ...(slots ? { slots, busyWith: (commit: number) => this.runningCommits.has(commit) } : {}),
       ...(serving !== undefined && this.flights.size >= serving ? { slotWait: () => this.flights.waitSeconds(serving, Date.now()) } : {}),
     };
   }

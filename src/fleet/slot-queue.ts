@@ -25,7 +25,7 @@ interface Flight {
   prefillMs: number;
   /** Its first byte (ms), once seen. */
   firstByteAt?: number;
-  /** The router's commit time of its decision (Replica.began). */
+  /** The tag of its decision's commit (Router.commit, Replica.began). */
   commit?: number;
 }
 
@@ -48,7 +48,7 @@ export class SlotQueue {
     return this.flights.size;
   }
 
-  /** A request (committed at `commit`) was sent whose prefill is `prefillMs` at the measured rate; returns its handle. */
+  /** A request (its decision committed with tag `commit`) was sent whose prefill is `prefillMs` at the measured rate; returns its handle. */
   begin(prefillMs: number, now: number, commit?: number): number {
     const id = this.nextId++;
     this.flights.set(id, { sentAt: now, prefillMs: Math.max(0, prefillMs), ...(commit === undefined ? {} : { commit }) });
@@ -56,7 +56,7 @@ export class SlotQueue {
   }
 
   /**
-   * How long until the request committed at `commit` ends here (ms): what is left of its
+   * How long until the request committed with tag `commit` ends here (ms): what is left of its
    * prefill and generation, as `waitSeconds` prices a slot's. Undefined before any generation
    * was timed here, or when no such request is in flight.
    */

@@ -13,7 +13,7 @@ import { clip, type Log } from "../log.ts";
 import type { Hasher } from "../route/hash.ts";
 import { prefixChains } from "../route/chain.ts";
 import type { RouteInput } from "../route/policy.ts";
-import type { FleetView, Retract, RouteEstimate, Router, Verdict } from "../route/router.ts";
+import type { Commit, FleetView, RouteEstimate, Router, Verdict } from "../route/router.ts";
 import { endpointOf, shapeOf, type Endpoint, type RequestShape } from "../route/shape.ts";
 import { BODY_TIMEOUT_MS, PROBE_AFTER_MS, PROBE_FRESH_MS, RETRY_AFTER_S, RETRYABLE_STATUS, SMALL_BODY_MS, WHOLE_RESPONSE_MAX } from "./_constants.ts";
 import { errorResponse, streamErrorEvent } from "./errors.ts";
@@ -287,7 +287,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       tried.add(replica.name);
       const route = `${decision.reason}${hold ? ",held" : ""}${attempt === 0 ? "" : ",failover"}`;
 
-      const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, retract });
+      const result = await attemptUpstream(ctx, fleet, replica, route, flight, { estimate: decision.estimate, committedAt, tag: retract?.tag ?? 0, retract });
       if (result.kind === "response") return result.response;
       unpay?.();
       if (result.kind === "client-gone") {
@@ -355,10 +355,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
    * makes the wait needless, which the bound keeps below the prefill.)
    */
   async function holdForSlot(replica: Replica, estimate: RouteEstimate, until: number | undefined, client: AbortSignal, flight: Flight): Promise<{ until: number } | undefined> {
-    const at = estimate.busyWith!;
+    const busy = estimate.busyWith!;
     const started = Date.now();
     const deadline = until ?? started + (estimate.capturedChars / estimate.charsPerToken / replica.prefill.rate) * 1000;
-    const left = replica.flights.leftMs(at, started);
+    const left = replica.flights.leftMs(busy, started);
     // Not before a generation was timed here: a burst sharing a prefix would wait for its first
     // request's whole prefill and answer, then go cold anyway. Nor while every slot is taken:
     // the engine queues it itself, and gives it a slot only when one frees — the best match
@@ -371,7 +371,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const onStop = () => stop.abort();
     client.addEventListener("abort", onStop, { once: true });
     flight.abort = onStop;
-    await replica.untilEnded(at, deadline - started, stop.signal);
+    await replica.untilEnded(busy, deadline - started, stop.signal);
     client.removeEventListener("abort", onStop);
     flight.abort = undefined;
     if (until === undefined) replica.holds++;
@@ -385,7 +385,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     replica: Replica,
     route: string,
     flight: Flight,
-    decided: { estimate: RouteEstimate; committedAt: number; retract: Retract | undefined },
+    decided: { estimate: RouteEstimate; committedAt: number; tag: number; retract: Commit | undefined },
   ): Promise<Attempt> {
     const { req, url, routing } = ctx;
     const upstream = new AbortController();
@@ -420,13 +420,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return stop?.kind === "drain" ? { kind: "cut" } : { kind: "client-gone" };
     }
     replica.inflight++;
-    replica.began(decided.committedAt);
+    replica.began(decided.tag);
     // Longer than the context its engine cuts prompts to: the usage will count what was kept.
     const cutByEngine = fleet.promptSent(replica, { tokens, model: ctx.shape.model, endpoint: ctx.shape.endpoint });
     const dispatched = now();
     const prefill = replica.prefill.begin(decided.estimate.uncachedTokens, decided.committedAt);
     // Followed to its end only where requests wait for a slot (EngineProfile.servingSlots).
-    const inSlot = replica.profile?.servingSlots ? replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now(), decided.committedAt) : undefined;
+    const inSlot = replica.profile?.servingSlots ? replica.flights.begin((decided.estimate.uncachedTokens / replica.prefill.rate) * 1000, Date.now(), decided.tag) : undefined;
     deps.cluster?.loadChanged();
     const timeout = (timer: "connect" | "first_byte" | "stream_idle", reason: string) => () =>
       abort({ kind: "failure", failure: { kind: "timeout", timer, reason } });
@@ -449,7 +449,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const fail = (error?: unknown, when = ""): Attempt => {
       clearDeadlines();
       replica.inflight--;
-      replica.ended(decided.committedAt);
+      replica.ended(decided.tag);
       replica.leave(tokens);
       replica.prefill.end(prefill);
       replica.flights.end(inSlot, Date.now(), false);
@@ -556,7 +556,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       release();
       flights.delete(flight);
       replica.inflight--;
-      replica.ended(decided.committedAt);
+      replica.ended(decided.tag);
       replica.leave(tokens);
       replica.flights.end(inSlot, Date.now(), outcome === "ok" && prefilled);
       if (outcome === "ok") replica.served++;

@@ -31,6 +31,8 @@ export interface PrefixMatch {
   chars: number;
   /** When this replica last served the matched prefix (ms); 0 when nothing matched. */
   lastUsed: number;
+  /** The tag of the commit that last recorded the deepest matched link (0: none; see Router.commit). */
+  commit: number;
 }
 
 /** Per-replica totals kept as entries come and go. */
@@ -337,7 +339,7 @@ export class PrefixIndex {
   /** The longest prefix of `chain` with an entry for `replica`: held within its budget (`heldOnly`) or only remembered. */
   private longest(chain: PrefixChain, replica: string, heldOnly: boolean): PrefixMatch {
     const r = this.ids.get(replica);
-    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
+    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0, commit: 0 };
     // Entries are prefix-closed per replica (held ones too): links [0, lo) have one, links [hi, n) do not.
     let lo = 0;
     let hi = chain.length;
@@ -347,9 +349,9 @@ export class PrefixIndex {
       if (heldOnly ? this.isHeld(e) : e !== NIL) lo = mid + 1;
       else hi = mid;
     }
-    if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0 };
+    if (lo === 0) return { replica, depth: 0, chars: 0, lastUsed: 0, commit: 0 };
     const deepest = this.find(chain.lo[lo - 1]!, chain.hi[lo - 1]!, r);
-    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]! };
+    return { replica, depth: lo, chars: chain.ends[lo - 1]!, lastUsed: this.last[deepest]!, commit: this.commit[deepest]! };
   }
 
   /** A replica's budget in characters (its KV), or undefined for none (only the global bound). */

@@ -64,8 +64,8 @@ export type FleetView = Omit<ReplicaView, "cachedChars" | "recentChars"> & {
    * KV, and a prefix a running request holds is not shared with another slot.
    */
   slots?: number;
-  /** For a slotted engine: the request committed at `at` is still running there (its slot is busy). */
-  busyWith?: (at: number) => boolean;
+  /** For a slotted engine: the request whose decision was committed with tag `commit` (Router.commit) is still running there (its slot is busy). */
+  busyWith?: (commit: number) => boolean;
 };
 
 /** What a decision expected of the cache, in characters of prompt; the proxy reports them. */
@@ -90,10 +90,10 @@ export interface RouteEstimate {
   /** The chosen replica's slots, for an engine that keeps one prompt per slot. */
   slots?: number;
   /**
-   * The chosen replica keeps what matched in the slot of the request committed at this time,
-   * still running there, so the engine gives this one another slot and prefills it again
-   * (llama.cpp): the proxy may hold it until that one ends (`holdForSlot`). Only for a policy
-   * that waits for slots (Policy.waitsForSlot).
+   * The chosen replica keeps what matched in the slot of the request whose decision was
+   * committed with this tag (Router.commit), still running there, so the engine gives this
+   * one another slot and prefills it again (llama.cpp): the proxy may hold it until that one
+   * ends (`holdForSlot`). Only for a policy that waits for slots (Policy.waitsForSlot).
    */
   busyWith?: number;
   /** The request carries earlier turns: only such a prompt can be re-rendered differently by a chat template. */
@@ -117,6 +117,9 @@ export type Verdict = "hit" | "miss" | "template" | "unexpected_hit" | "cold" | 
 
 /** Undo a commit's new links (see Router.commit); returns how many were removed. */
 export type Retract = () => number;
+
+/** An acted-on decision (Router.commit): called, it is taken back; `tag` is its identity. */
+export type Commit = Retract & { readonly tag: number };
 
 /** Per replica: predicted vs delivered, and whether the engine's reports are trusted. */
 export interface ReplicaTruth {
@@ -232,7 +235,7 @@ export class Router {
       // A prefix another request is still prefilling is not cached yet; on an engine that keeps
       // one prompt per slot, not while that request runs (its slot is busy, another slot has
       // its own KV: a burst does not share).
-      const busy = m.lastUsed > 0 && view.busyWith?.(m.lastUsed) === true;
+      const busy = m.commit !== 0 && view.busyWith?.(m.commit) === true;
       const settled = (view.pendingSince === undefined || m.lastUsed < view.pendingSince) && !busy;
       // An engine that looks it up only when this request's turn comes, after that prefill
       // (vLLM), will have it: the queue grows by what is really new. Not judged, though: two
@@ -259,7 +262,7 @@ export class Router {
           blockTokens: view.blockTokens ?? 16,
           budgetChars: view.budgetChars,
           ...(view.slots ? { slots: view.slots } : {}),
-          ...(busy && this.policy.waitsForSlot ? { busyWith: m.lastUsed } : {}),
+          ...(busy && this.policy.waitsForSlot ? { busyWith: m.commit } : {}),
           continuation,
           ...(breaks ? { breaks } : {}),
         },
@@ -314,9 +317,10 @@ export class Router {
    * tag, which the index keeps on every link it records and a retract names: neither its
    * time (two commits of one prompt can share a millisecond; a peer's commit applied after
    * local ones is moved up in time) nor anything else identifies it. Tags count up from a
-   * random start, so instances sharing an index through the cluster almost never meet.
+   * random start, so instances sharing an index through the cluster almost never meet. The
+   * tag is also what names the request while it runs (FleetView.busyWith), for the same reason.
    */
-  commit(input: RouteInput, decision: Decision, now: number): Retract {
+  commit(input: RouteInput, decision: Decision, now: number): Commit {
     if (decision.usedCounter) this.counter++;
     const tag = this.nextTag();
     const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation, tag));
@@ -326,10 +330,11 @@ export class Router {
     // A replica that never computed the prompt (refused, or answered an error) does not hold
     // it: left in the index, the next request there would be a "miss" that drops what the
     // replica really holds.
-    return () => {
+    const retract = () => {
       this.sink?.retract(input.chains, decision.replica, tag, created);
       return this.applyRetract(input.chains, decision.replica, tag, created);
     };
+    return Object.assign(retract, { tag });
   }
 
   /** Take back the new links of the commit tagged `tag` (this instance's, or another's through the cluster). */
@@ -555,15 +560,15 @@ export class Router {
     if (share) this.sink?.forget(replica);
   }
 
-  /** Per replica, what it holds of the request: summed over sequences, the newest use. */
+  /** Per replica, what it holds of the request: summed over sequences, the newest use (and its commit). */
   private matchAll(chains: readonly PrefixChain[], replicas: readonly ReplicaView[]): PrefixMatch[] {
     return replicas.map((r) => {
-      const total: PrefixMatch = { replica: r.name, depth: 0, chars: 0, lastUsed: 0 };
+      const total: PrefixMatch = { replica: r.name, depth: 0, chars: 0, lastUsed: 0, commit: 0 };
       for (const chain of chains) {
         const m = this.index.match(chain, r.name);
         total.depth = Math.max(total.depth, m.depth);
         total.chars += m.chars;
-        total.lastUsed = Math.max(total.lastUsed, m.lastUsed);
+        if (m.lastUsed > total.lastUsed) Object.assign(total, { lastUsed: m.lastUsed, commit: m.commit });
       }
       return total;
     });

@@ -130,23 +130,34 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
   it("a prefix a running request holds is not settled: another slot has its own KV", () => {
     const r = router("hybrid");
     let running = 0;
-    const replicas = fleet(1, [{ slots: 2, busyWith: (at) => at === running }]);
-    running = 1;
-    send(r, oneShot("shared"), replicas, 1);
+    const replicas = fleet(1, [{ slots: 2, busyWith: (tag) => tag === running }]);
+    running = r.commit(oneShot("shared"), r.route(oneShot("shared"), replicas, 1)!, 1).tag;
     const burst = r.route(oneShot("shared"), replicas, 2)!;
     expect(burst.estimate.settled).toBe(false);
     running = 0;
     expect(r.route(oneShot("shared"), replicas, 3)!.estimate.settled).toBe(true);
   });
 
+  it("two commits in one millisecond: only the one still running makes its prefix busy (commits are told apart by tag, not time)", () => {
+    const r = router("hybrid");
+    const running = new Set<number>();
+    const replicas = fleet(1, [{ slots: 4, busyWith: (tag) => running.has(tag) }]);
+    const held = r.commit(oneShot("shared"), r.route(oneShot("shared"), replicas, 1)!, 1);
+    const other = r.commit(oneShot("unrelated"), r.route(oneShot("unrelated"), replicas, 1)!, 1);
+    expect(held.tag).not.toBe(other.tag);
+    running.add(other.tag); // the unrelated one runs on; the one that holds "shared" has ended
+    const next = r.route(oneShot("shared"), replicas, 2)!;
+    expect(next.estimate.busyWith).toBeUndefined();
+    expect(next.estimate.settled).toBe(true);
+  });
+
   it("hybrid, which waits for slots, names the running request whose slot holds the prefix; a policy that does not, none", () => {
     for (const [policy, named] of [["hybrid", true], ["affinity", false]] as const) {
       const r = router(policy);
       let running = 0;
-      const replicas = fleet(1, [{ slots: 2, busyWith: (at) => at === running }]);
-      running = 1;
-      send(r, oneShot("shared"), replicas, 1);
-      expect(r.route(oneShot("shared"), replicas, 2)!.estimate.busyWith).toBe(named ? 1 : undefined);
+      const replicas = fleet(1, [{ slots: 2, busyWith: (tag) => tag === running }]);
+      running = r.commit(oneShot("shared"), r.route(oneShot("shared"), replicas, 1)!, 1).tag;
+      expect(r.route(oneShot("shared"), replicas, 2)!.estimate.busyWith).toBe(named ? running : undefined);
       running = 0;
       expect(r.route(oneShot("shared"), replicas, 3)!.estimate.busyWith).toBeUndefined();
     }

@@ -4,8 +4,8 @@
  * it again in another slot. hybrid holds it at the router until that slot frees, when that is
  * sooner than the prefill. A real router and llama.cpp sims on loopback ports, in this process.
  */
-import { afterAll, afterEach, describe, expect, it } from "bun:test";
-import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalRouter } from "../helpers/fleet.ts";
+import { afterAll, afterEach, describe, expect, it, spyOn } from "bun:test";
+import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalRouter, type LocalSim } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -18,8 +18,9 @@ afterAll(killAll);
 const llama = { engine: "llamacpp", kvTokens: 32_768, prefillTps: 1_000, decodeTps: 50 } as const;
 
 /** A router in front of `cards` llama.cpp sims (`extra` added to their options), once it has recognised them all. */
-async function fleetOf(toml = "", cards = 2, extra: { parallel?: number } = {}): Promise<LocalRouter> {
+async function fleetOf(toml = "", cards = 2, extra: { parallel?: number } = {}, onSims?: (sims: LocalSim[]) => void): Promise<LocalRouter> {
   const sims = await Promise.all(Array.from({ length: cards }, (_, i) => startSimInProcess(`gpu${i}`, { ...llama, ...extra })));
+  onSims?.(sims);
   const router = await startRouterInProcess(sims, { toml });
   const status = async () => (await (await fetch(`${router.url}/status`)).json()) as { replicas: { engine?: { family?: string } }[] };
   await until(async () => ((await status()).replicas.every((r) => r.engine?.family === "llamacpp") ? true : undefined), "the router's discovery of the llama.cpp engines");
@@ -154,6 +155,38 @@ describe("a document whose llama.cpp slot is busy", () => {
     const record = await until(() => logRecords(router, "request").find((r) => r.status === 499), "the router's record of the request that left");
     expect(record).toMatchObject({ replica: q1.replica, route: "cache,held", outcome: "client_cancelled" });
     await q2; // the answer it was held for runs on, untouched
+  });
+
+  it("two requests committed in one millisecond: the next question on the document is not held for the other one's slot", async () => {
+    let sims: LocalSim[] = [];
+    const router = await fleetOf("", 1, {}, (s) => (sims = s));
+    const [gpu0] = sims as [LocalSim];
+    const { ask } = documentAsker(router);
+    const q1 = await ask("q1", 4); // the document in a slot; this card's generations timed
+    // An unrelated request, held at the engine before its first byte, and q2 on the document
+    // are committed in the same millisecond (the router's clock stands still meanwhile).
+    await gpu0.faults({ stall_ms: 600_000, stall_next: 1 });
+    const clock = spyOn(Date, "now").mockReturnValue(Date.now());
+    let unrelated: Promise<unknown> | undefined;
+    let q2: Answer;
+    try {
+      unrelated = fetch(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "sim-model", messages: [{ role: "user", content: `unrelated ${crypto.randomUUID()}` }], max_tokens: 4, stream: true }),
+      }).catch((error: unknown) => error);
+      await until(async () => ((await (await fetch(`${gpu0.url}/sim/faults`)).json()) as { stall_next: number }).stall_next === 0, "the unrelated request to stall at the engine");
+      q2 = await ask("q2", 4);
+    } finally {
+      clock.mockRestore();
+    }
+    // q2 ended; its slot keeps the document. The unrelated request still runs.
+    const q3 = await ask("q3", 4);
+    expect(q2).toMatchObject({ replica: q1.replica, route: "cache" });
+    expect(q3).toMatchObject({ replica: q1.replica, route: "cache" });
+    expect(cachedOf(q3.prefix)).toBeGreaterThan(3_500);
+    await gpu0.faults({ stall_ms: 0 });
+    expect(await unrelated).toMatchObject({ status: 200 });
   });
 
   it("a policy that does not wait (affinity) sends it at once: the engine gives it another slot, which prefills the document again", async () => {
