@@ -70,11 +70,12 @@ export type HealthState = "up" | "half-open" | "down";
 export interface Failure {
   /**
    * refused: nothing listens (demote at once); full: the engine's KV could not hold the
-   * request beside those running (llama.cpp's unified KV), and busy: its queue is full
-   * (Ollama's scheduler) — verdicts on its load, not its health (never counted); the others
-   * count towards `health.failures`.
+   * request beside those running (llama.cpp's unified KV), busy: its queue is full (Ollama's
+   * scheduler), and wall: the request waited at the card's KV wall until
+   * routing.first_byte_timeout without being sent — verdicts on its load, not its health
+   * (never counted); the others count towards `health.failures`.
    */
-  kind: "refused" | "status" | "timeout" | "network" | "full" | "busy";
+  kind: "refused" | "status" | "timeout" | "network" | "full" | "busy" | "wall";
   reason: string;
   /** Which deadline fired, for a timeout. */
   timer?: TimerKind;
@@ -229,16 +230,24 @@ export class Replica {
     return this.usageSentUnasked || this.profile?.stream.usageUnasked(endpoint) === true;
   }
 
-  /** Prompt tokens of the requests in flight here through this router (as the router counts them). */
+  /**
+   * Prompt tokens of the requests in flight here through this router (as the router counts
+   * them: characters ÷ a learnt ratio, so a float). Exactly 0 when none is (`admitted`): add
+   * and subtract cycles of floats leave a residue (0.1 + 0.2 − 0.1 − 0.2 ≠ 0) that must not
+   * read as load.
+   */
   inflightTokens = 0;
+  /** Requests admitted here (`admit`) that have not left (`leave`). */
+  private admitted = 0;
   /**
    * The engine turned requests away as KV-full (llama.cpp's unified KV) with this many prompt
    * tokens in flight here: until `until`, a request that would bring the in-flight tokens to
-   * 90 % of it waits for one of them to end (`admit`); one alone always goes. A low reading (other
-   * clients' load, a request that ended just before) only makes requests wait; it lapses after
-   * a capacity window (`windowMs`). `waits`: how long requests waited at it (or gave up waiting),
-   * counted from `paidAt` at the earliest — when it was set or a conversation last left this
-   * card for it (`wallLeft`): what staying has cost (`waitedMs`).
+   * 90 % of it waits for one of them to end, or for the wall to lapse (`admit`); one alone
+   * always goes. A low reading (other clients' load, a request that ended just before) only
+   * makes requests wait; it lapses after a capacity window (`windowMs`). `waits`: how long
+   * requests waited at it (or gave up waiting), counted from `paidAt` at the earliest — when it
+   * was set or a conversation last left this card for it (`wallLeft`): what staying has cost
+   * (`waitedMs`).
    */
   kvWall?: { tokens: number; until: number; windowMs: number; waits: { at: number; ms: number }[]; paidAt: number };
   /** Tokens of requests turned away as full since the last dispatch here: one overflow fails them together. */
@@ -248,7 +257,8 @@ export class Replica {
   /**
    * Count `tokens` more in flight here, at once when they fit beside the requests in flight
    * (its KV wall) — synchronously, so no other decision runs between the caller's and this —
-   * else once they do: a promise, false when `signal` aborted first (nothing counted).
+   * else once they do (one ended, or the wall lapsed): a promise, false when `signal` aborted
+   * first (nothing counted). The caller bounds the wait (it aborts `signal`).
    */
   admit(tokens: number, signal: AbortSignal, now: () => number): true | Promise<boolean> {
     if (!this.mustWait(tokens, now)) {
@@ -259,10 +269,11 @@ export class Replica {
   }
 
   private mustWait(tokens: number, now: () => number): boolean {
-    return this.inflightTokens > 0 && this.kvWall !== undefined && now() < this.kvWall.until && this.inflightTokens + tokens >= KV_WALL_SHARE * this.kvWall.tokens;
+    return this.admitted > 0 && this.kvWall !== undefined && now() < this.kvWall.until && this.inflightTokens + tokens >= KV_WALL_SHARE * this.kvWall.tokens;
   }
 
   private reserve(tokens: number): void {
+    this.admitted++;
     this.inflightTokens += tokens;
     this.overflowTokens = 0;
   }
@@ -270,11 +281,17 @@ export class Replica {
   private async admitLater(tokens: number, signal: AbortSignal, now: () => number): Promise<boolean> {
     const since = now();
     while (!signal.aborted && this.mustWait(tokens, now)) {
+      // Woken by a request that leaves, by its client leaving (or the caller's deadline), or
+      // when the wall lapses — a timer of this wait's own; a wall set again moves `until` on.
       await new Promise<void>((resolve) => {
+        let lapse: Timer | undefined;
         const wake = () => {
+          clearTimeout(lapse);
           signal.removeEventListener("abort", wake);
+          this.kvWaiters = this.kvWaiters.filter((w) => w !== wake);
           resolve();
         };
+        lapse = setTimeout(wake, Math.max(0, this.kvWall!.until - now()) + 1);
         this.kvWaiters.push(wake);
         signal.addEventListener("abort", wake, { once: true });
       });
@@ -320,7 +337,8 @@ export class Replica {
 
   /** A request admitted with `tokens` is over here: those waiting for room look again, in arrival order. */
   leave(tokens: number): void {
-    this.inflightTokens = Math.max(0, this.inflightTokens - tokens);
+    this.admitted = Math.max(0, this.admitted - 1);
+    this.inflightTokens = this.admitted === 0 ? 0 : Math.max(0, this.inflightTokens - tokens);
     if (this.kvWaiters.length === 0) return;
     const waiters = this.kvWaiters;
     this.kvWaiters = [];
@@ -642,6 +660,11 @@ export class Fleet {
     }
     if (failure.kind === "busy") {
       replica.busy++;
+      this.released(replica);
+      return;
+    }
+    // The router's own wait at its KV wall ran out: nothing was sent; its deadline counts the timeout.
+    if (failure.kind === "wall") {
       this.released(replica);
       return;
     }

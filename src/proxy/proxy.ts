@@ -296,12 +296,12 @@ export function createProxy(deps: ProxyDeps): Proxy {
       }
       if (result.kind === "cut") break;
       const { failure } = result;
-      // Refused, or answered 502/503/504 (busy included), or never connected: it computed none
-      // of the prompt. Full: the engine cleared what it had computed of it (server-context.cpp
-      // prompt_clear).
-      if (failure.kind === "refused" || failure.kind === "status" || failure.kind === "busy" || failure.kind === "full" || failure.timer === "connect") retract?.();
+      // Refused, or answered 502/503/504 (busy included), or never connected, or never sent (it
+      // waited at the wall): it computed none of the prompt. Full: the engine cleared what it
+      // had computed of it (server-context.cpp prompt_clear).
+      if (failure.kind === "refused" || failure.kind === "status" || failure.kind === "busy" || failure.kind === "full" || failure.kind === "wall" || failure.timer === "connect") retract?.();
       if (failure.timer) replica.timeouts[failure.timer]++;
-      allTimedOut &&= failure.kind === "timeout";
+      allTimedOut &&= failure.kind === "timeout" || failure.kind === "wall";
       fleet.failed(replica, failure);
       failures.push(`${replica.name}: ${failure.reason}`);
       // Full is not for good: the card can take it once what runs there ends (its wall now
@@ -410,14 +410,27 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const added = unasked ? undefined : ctx.withUsage();
     const sent = added ?? ctx.bytes;
     // A card that turned requests away as KV-full takes no more beside its in-flight ones than
-    // it failed at: this one waits here until one ends (the engine would fail them all). Its
-    // deadlines start after: the wait is the router's queue, not the replica's silence.
+    // it failed at: this one waits here until one ends or the wall lapses (the engine would fail
+    // them all), for routing.first_byte_timeout at most; then the card is given up as one that
+    // sent no first byte would be — another card, or 504 — but its health is not judged: it is
+    // busy, not broken. Its deadlines start after: the wait is the router's queue, not the
+    // replica's silence.
     const tokens = decided.estimate.totalChars / decided.estimate.charsPerToken;
     const admitted = replica.admit(tokens, upstream.signal, Date.now);
-    if (admitted !== true && !(await admitted)) {
-      release();
-      fleet.released(replica);
-      return stop?.kind === "drain" ? { kind: "cut" } : { kind: "client-gone" };
+    if (admitted !== true) {
+      const waited = setTimeout(() => {
+        const wall = Math.round(replica.kvWall?.tokens ?? 0).toLocaleString("en-US");
+        const reason = `waited ${ms(routing.first_byte_timeout_ms)} at its KV wall (~${wall} prompt tokens in flight there) without sending it: routing.first_byte_timeout`;
+        abort({ kind: "failure", failure: { kind: "wall", timer: "first_byte", reason } });
+      }, routing.first_byte_timeout_ms);
+      const ok = await admitted;
+      clearTimeout(waited);
+      if (!ok) {
+        release();
+        fleet.released(replica);
+        if (stop?.kind === "failure") return { kind: "failed", failure: stop.failure };
+        return stop?.kind === "drain" ? { kind: "cut" } : { kind: "client-gone" };
+      }
     }
     replica.inflight++;
     replica.began(decided.tag);

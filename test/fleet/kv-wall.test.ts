@@ -1,0 +1,40 @@
+/**
+ * A replica's KV wall as its own seam (src/fleet/fleet.ts Replica.admit / leave): prompt
+ * tokens in flight are estimates (characters ÷ a learnt ratio), so their sum is a float that
+ * add-and-subtract cycles leave slightly off; what counts for "nothing in flight" is the count
+ * of requests, never that float. The waits themselves are tested at the edge
+ * (test/router/kv-wall.test.ts).
+ */
+import { describe, expect, it } from "bun:test";
+import type { ReplicaConfig } from "../../src/config.ts";
+import { Replica } from "../../src/fleet/fleet.ts";
+
+const config: ReplicaConfig = { name: "gpu0", url: "http://127.0.0.1:1", kv_tokens: 0, models: ["m"] };
+const never = new AbortController().signal;
+
+describe("a card whose KV wall stands, after requests came and went", () => {
+  // 0.1 + 0.2 − 0.1 − 0.2 is 2.8e-17 in floating point, not 0.
+  const cycled = () => {
+    const r = new Replica(config);
+    const now = () => 1_000;
+    // The engine turned a request of 100 tokens away as full: the wall is 100 tokens for a minute.
+    expect(r.admit(100, never, now)).toBe(true);
+    expect(r.turnedAwayFull(100, 1_000, 60_000)).toBe(100);
+    r.leave(100);
+    expect(r.admit(0.1, never, now)).toBe(true);
+    expect(r.admit(0.2, never, now)).toBe(true);
+    r.leave(0.1);
+    r.leave(0.2);
+    return { r, now };
+  };
+
+  it("a request alone is admitted at once, however close to the wall it comes", () => {
+    const { r, now } = cycled();
+    expect(r.admit(95, never, now)).toBe(true);
+  });
+
+  it("reads as idle (0 tokens in flight) to the policy's wall rule", () => {
+    const { r } = cycled();
+    expect(r.view(1_000).inflightTokens).toBe(0);
+  });
+});
