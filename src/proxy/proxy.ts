@@ -482,7 +482,10 @@ export function createProxy(deps: ProxyDeps): Proxy {
 
     let res: Response;
     try {
-      res = await upstreamFetch(`${replica.config.url}${url.pathname}${url.search}`, {
+      // A reset before any byte of answer is a kept-alive connection the engine had closed
+      // (llama-server closes one after every streamed answer): sent again once on a fresh
+      // connection to the same replica — no verdict on its health, its conversations stay.
+      res = await fetchFreshOnReset(upstreamFetch, `${replica.config.url}${url.pathname}${url.search}`, {
         method: req.method,
         headers: upstreamHeaders(req.headers, replica.config, ctx.shape.endpoint, ctx.client),
         body: req.method === "GET" || req.method === "HEAD" ? undefined : sent,
@@ -767,6 +770,28 @@ async function smallBody(res: Response): Promise<Uint8Array | undefined> {
   }
   await reader.cancel().catch(() => {});
   return undefined;
+}
+
+/**
+ * `fetch`, and once more on a fresh connection when a kept-alive one is reset before any byte
+ * of answer (Bun's `keepalive: false` takes no connection from its pool — src/http/
+ * HTTPContext.rs `connect` looks there only when `is_keep_alive_possible` — and does not put
+ * this one back). llama-server closes every connection that carried a streamed answer though
+ * its headers said keep-alive (tools/server/server-http.cpp process_handler_response: the
+ * chunked content provider returns false after `sink.done()`; cpp-httplib's
+ * write_content_chunked takes that as a cancel, and process_server_socket_core ends the
+ * keep-alive loop): a request that reuses it before the close arrives is reset, unread. Bun
+ * sends a request without a body again by itself (a /health check on such a connection went
+ * again on a new one); one with a body it does not. Not when `init.signal` has aborted (the
+ * attempt's own deadline or cancel): that reset is the router's.
+ */
+async function fetchFreshOnReset(fetchFn: FetchLike, url: string, init: RequestInit & { timeout?: number | boolean }): Promise<Response> {
+  try {
+    return await fetchFn(url, init);
+  } catch (error) {
+    if (init.signal?.aborted || describeFetchError(error) !== "connection reset") throw error;
+    return fetchFn(url, { ...init, keepalive: false });
+  }
 }
 
 /** A fetch error, as health weighs it. */

@@ -14,6 +14,10 @@ export interface RawRequest {
   /** Header lines, lower-cased names, in order. */
   headers: [string, string][];
   body: Uint8Array;
+  /** The connection it came on (numbered from 1 in the order they opened). */
+  connection: number;
+  /** That connection had carried a request before (a kept-alive one, reused). */
+  reused: boolean;
 }
 
 export interface RawReplica {
@@ -22,15 +26,19 @@ export interface RawReplica {
   stop(): void;
 }
 
-/** A replica on a loopback port: `respond` returns (or resolves to) the raw response for each parsed request. */
-export function startRawReplica(respond: (req: RawRequest) => string | Promise<string>): RawReplica {
+/**
+ * A replica on a loopback port: `respond` returns (or resolves to) the raw response for each
+ * parsed request, or null to close the connection at once without a byte of answer.
+ */
+export function startRawReplica(respond: (req: RawRequest) => string | null | Promise<string | null>): RawReplica {
   const requests: RawRequest[] = [];
-  const server = Bun.listen<{ buffer: Buffer }>({
+  let connections = 0;
+  const server = Bun.listen<{ buffer: Buffer; id: number; served: number }>({
     hostname: "127.0.0.1",
     port: 0,
     socket: {
       open(socket) {
-        socket.data = { buffer: Buffer.alloc(0) };
+        socket.data = { buffer: Buffer.alloc(0), id: ++connections, served: 0 };
       },
       data(socket, chunk) {
         socket.data.buffer = Buffer.concat([socket.data.buffer, chunk]);
@@ -47,10 +55,10 @@ export function startRawReplica(respond: (req: RawRequest) => string | Promise<s
           const length = Number(headers.find(([k]) => k === "content-length")?.[1] ?? 0);
           if (buffer.length < end + 4 + length) return;
           const [method, path] = requestLine!.split(" ");
-          const req = { head, method: method!, path: path!, headers, body: new Uint8Array(buffer.subarray(end + 4, end + 4 + length)) };
+          const req = { head, method: method!, path: path!, headers, body: new Uint8Array(buffer.subarray(end + 4, end + 4 + length)), connection: socket.data.id, reused: socket.data.served++ > 0 };
           socket.data.buffer = buffer.subarray(end + 4 + length);
           requests.push(req);
-          void Promise.resolve(respond(req)).then((response) => socket.write(response));
+          void Promise.resolve(respond(req)).then((response) => (response === null ? socket.terminate() : socket.write(response)));
         }
       },
     },

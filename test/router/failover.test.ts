@@ -8,6 +8,7 @@ import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { logRecords, startRouterInProcess, startSimInProcess, startSimProc, until } from "../helpers/fleet.ts";
 import { readStream } from "../helpers/conversation.ts";
 import { killAll, stopAtEnd } from "../helpers/proc.ts";
+import { rawResponse, startRawReplica } from "../helpers/raw-http.ts";
 
 afterEach(killAll);
 afterAll(killAll);
@@ -306,6 +307,63 @@ describe("after the first byte: never retried; a client that leaves stops the en
       return s.cancelled_total === 1 && s.running === 0 ? s : undefined;
     }, "the sim to see the cancel");
     expect(state.completed_total).toBe(0);
+  });
+});
+
+describe("a kept-alive connection the engine closed", () => {
+  it("a reset before the first byte is sent again once, on a fresh connection, to the same replica: no failover, no health failure, the conversation stays", async () => {
+    // As llama-server does after a streamed answer (cpp-httplib ends the connection although its
+    // headers said keep-alive), here after every answer: a connection that carried one is dead,
+    // and a request sent on it is reset before a byte of answer — every time, not only when the
+    // close loses the race with the reuse.
+    const sse = (n: number) => {
+      const events = [`data: {"choices":[{"index":0,"delta":{"content":"turn ${n}"}}]}\n\n`, "data: [DONE]\n\n"];
+      return `HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n${events.map((e) => `${Buffer.byteLength(e).toString(16)}\r\n${e}\r\n`).join("")}0\r\n\r\n`;
+    };
+    /** What became of each chat request the engines received: "reset", or "fresh"/"reused" (the connection it was answered on). */
+    const chats: string[] = [];
+    const engine = () => {
+      const dead = new Set<number>();
+      return startRawReplica((req) => {
+        if (dead.has(req.connection)) {
+          if (req.method === "POST") chats.push("reset");
+          return null;
+        }
+        dead.add(req.connection);
+        if (req.method === "GET") return rawResponse(req.path === "/health" ? "200 OK" : "404 Not Found", ["Content-Type: application/json"], "{}");
+        chats.push(req.reused ? "reused" : "fresh");
+        return sse(chats.length);
+      });
+    };
+    const [gpu0, gpu1] = [engine(), engine()];
+    stopAtEnd(async () => {
+      gpu0.stop();
+      gpu1.stop();
+    });
+    const router = await startRouterInProcess([
+      { name: "gpu0", url: gpu0.url },
+      { name: "gpu1", url: gpu1.url },
+    ]);
+    const messages: { role: "user" | "assistant"; content: string }[] = [{ role: "user", content: `begin ${crypto.randomUUID()}` }];
+    const turns: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const { data, response } = await router.client().chat.completions.create({ model: "m", messages, stream: true }).withResponse();
+      const { received, error } = await readStream(data);
+      expect(error).toBeUndefined();
+      turns.push(`${response.headers.get("x-llmroute-replica")} ${response.headers.get("x-llmroute-route")}`);
+      messages.push({ role: "assistant", content: received.join("") }, { role: "user", content: `next ${i}` });
+    }
+    const first = turns[0]!.split(" ")[0]!;
+    expect(turns).toEqual([`${first} spread`, ...Array(5).fill(`${first} pin`)]);
+    // A turn that met a pooled connection, dead, went again once on a fresh one; the first met
+    // one of the connections the router's health check and discovery left in the pool.
+    expect(chats[0]).toBe("reset");
+    expect(chats.filter((c) => c !== "reset")).toEqual(Array(6).fill("fresh"));
+    chats.forEach((c, i) => c === "reset" && expect(chats[i + 1]).toBe("fresh"));
+    expect(logRecords(router, "failover")).toHaveLength(0);
+    expect(logRecords(router, "replica down")).toHaveLength(0);
+    const status = (await (await fetch(`${router.url}/status`)).json()) as { replicas: { state: string; consecutive_failures: number; failovers: number; last_error: unknown }[] };
+    for (const r of status.replicas) expect(r).toMatchObject({ state: "up", consecutive_failures: 0, failovers: 0, last_error: null });
   });
 });
 
