@@ -77,6 +77,11 @@ export interface StreamRules {
    * adds nothing to the request and strips nothing from the stream.
    */
   usageUnasked(endpoint: "chat" | "completions"): boolean;
+  /**
+   * Do these `stream_options`, as the client sent them, ask the engine for usage? Absent:
+   * OpenAI's rule, only `include_usage: true`. A client that asked gets its stream as it is.
+   */
+  usageAsked?(options: unknown): boolean;
 }
 
 export interface EngineProfile {

@@ -65,9 +65,14 @@ export const VLLM: EngineProfile = {
     zeroOmitted: true,
     responsesConstant: false,
   },
-  // engine/protocol.py StreamOptions: `include_usage: bool | None = True` (once
-  // stream_options is sent); without stream_options no usage chunk is sent at all.
-  stream: { usageUnasked: () => false },
+  // vllm/entrypoints/openai/engine/protocol.py StreamOptions: `include_usage: bool | None =
+  // True`, read by serve/utils/api_utils.py should_include_usage (`bool(include_usage)`): any
+  // stream_options object asks for usage unless it says false (or null); without
+  // stream_options no usage chunk is sent at all.
+  stream: {
+    usageUnasked: () => false,
+    usageAsked: (o) => typeof o === "object" && o !== null && !Array.isArray(o) && (!("include_usage" in o) || (o as { include_usage: unknown }).include_usage === true),
+  },
   // The served model name is checked (serving engine `_check_model`: 404 otherwise).
   anyModelName: false,
   // vllm/config/cache.py: block_size 16 by default on CUDA; hybrid (Mamba/attention) models

@@ -221,13 +221,15 @@ export class Replica {
     return slots === undefined ? undefined : Math.max(slots, this.flights.concurrentSeen);
   }
 
-  /** The engine streamed usage without being asked (seen on a response): nothing is added for it. */
-  usageSentUnasked = false;
-
-  /** Does this engine tell the cached tokens of a stream that did not ask for usage? */
+  /**
+   * Does this engine tell the cached tokens of a stream that did not ask for usage? Its
+   * family's rule alone: what a stream the router asked usage for carries is the ask's doing
+   * (Ollama's completions put a zero usage in every chunk once asked), never evidence that the
+   * engine sends it unasked.
+   */
   usageUnasked(endpoint: string): boolean {
     if (endpoint !== "chat" && endpoint !== "completions") return true;
-    return this.usageSentUnasked || this.profile?.stream.usageUnasked(endpoint) === true;
+    return this.profile?.stream.usageUnasked(endpoint) === true;
   }
 
   /**

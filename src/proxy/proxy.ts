@@ -126,9 +126,10 @@ interface RequestContext {
   bytes: Uint8Array;
   /**
    * The client's bytes with stream_options.include_usage added (for an engine that streams no
-   * usage unless asked), or undefined when nothing needs adding; made once, on first need.
+   * usage unless asked), or undefined when nothing needs adding — the client asked, as
+   * `asked` (its engine family's rule) reads its stream_options; made once per rule, on need.
    */
-  withUsage: () => Uint8Array | undefined;
+  withUsage: (asked?: (options: unknown) => boolean) => Uint8Array | undefined;
   shape: RequestShape;
   started: number;
   failovers: number;
@@ -222,13 +223,16 @@ export function createProxy(deps: ProxyDeps): Proxy {
       return reject(url, 404, `The model \`${clip(shape.model)}\` does not exist on any replica.`, started, "model");
     }
     const input: RouteInput = { shape, chains: endpoint === "other" ? [] : prefixChains(shape, hasher, config.routing.chunk_chars) };
-    let withUsage: Uint8Array | undefined | null = null;
+    const withUsage = new Map<((options: unknown) => boolean) | undefined, Uint8Array | undefined>();
     const ctx: RequestContext = {
       req,
       url,
       client,
       bytes,
-      withUsage: () => (withUsage === null ? (withUsage = body ? withUsageRequested(endpoint, body, bytes) : undefined) : withUsage),
+      withUsage: (asked) => {
+        if (!withUsage.has(asked)) withUsage.set(asked, body ? withUsageRequested(endpoint, body, bytes, asked) : undefined);
+        return withUsage.get(asked);
+      },
       shape,
       started,
       failovers: 0,
@@ -407,7 +411,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     // Usage is asked for only from an engine that would not say the cached tokens otherwise
     // (llama.cpp's stream carries them unasked): then the client gets the engine's own bytes.
     const unasked = replica.usageUnasked(ctx.shape.endpoint);
-    const added = unasked ? undefined : ctx.withUsage();
+    const added = unasked ? undefined : ctx.withUsage(replica.profile?.stream.usageAsked);
     const sent = added ?? ctx.bytes;
     // A card that turned requests away as KV-full takes no more beside its in-flight ones than
     // it failed at: this one waits here until one ends or the wall lapses (the engine would fail
@@ -576,9 +580,6 @@ export function createProxy(deps: ProxyDeps): Proxy {
       replica.leave(tokens);
       replica.flights.end(inSlot, Date.now(), outcome === "ok" && prefilled);
       if (outcome === "ok") replica.served++;
-      // The engine streamed usage we did not need to ask for (vLLM --enable-force-include-usage):
-      // ask no more, so its stream reaches clients as it is.
-      if (stripper?.engineSendsUsage) replica.usageSentUnasked = true;
       const usage: TapResult = tap.finish();
       const est = decided.estimate;
       let verdict: Verdict | undefined;

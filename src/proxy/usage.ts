@@ -11,17 +11,22 @@ import { splice, topLevelMembers, withoutMember, type Member } from "./_json.ts"
 
 const encoder = new TextEncoder();
 
+/** OpenAI's rule: a stream carries usage only with `stream_options.include_usage: true`. */
+const openaiAsked = (options: unknown) => (options as Record<string, unknown> | null | undefined)?.include_usage === true;
+
 /**
  * The body to send upstream: `bytes` with `stream_options.include_usage: true`, or
  * undefined when nothing needs adding (not a streamed chat/completions request, usage
- * already asked for, or a `stream_options` the engine would reject anyway). Only the
- * `stream_options` member is written by the router; every other byte is the client's.
+ * already asked for — by `asked`, the engine family's reading of `stream_options`
+ * (EngineProfile.stream.usageAsked), OpenAI's by default — or a `stream_options` the engine
+ * would reject anyway). Only the `stream_options` member is written by the router; every
+ * other byte is the client's.
  */
-export function withUsageRequested(endpoint: Endpoint, body: Record<string, unknown>, bytes: Uint8Array): Uint8Array | undefined {
+export function withUsageRequested(endpoint: Endpoint, body: Record<string, unknown>, bytes: Uint8Array, asked: (options: unknown) => boolean = openaiAsked): Uint8Array | undefined {
   if ((endpoint !== "chat" && endpoint !== "completions") || body.stream !== true) return undefined;
   const options = body.stream_options;
   if (options !== undefined && options !== null && (typeof options !== "object" || Array.isArray(options))) return undefined;
-  if ((options as Record<string, unknown> | null)?.include_usage === true) return undefined;
+  if (asked(options)) return undefined;
   const scanned = topLevelMembers(bytes);
   if (!scanned) return undefined;
   const value = encoder.encode(JSON.stringify({ ...(options as object | null), include_usage: true }));
@@ -33,18 +38,17 @@ export function withUsageRequested(endpoint: Endpoint, body: Record<string, unkn
 }
 
 /**
- * Removes the usage the router asked for from an OpenAI-style SSE stream, and nothing else:
- * an event whose JSON has `choices: []` and a usage is dropped whole, and a `"usage": null`
- * member (OpenAI writes one into every chunk once usage is asked for) is cut out. A usage
- * beside real choices is the engine's own (llama.cpp's completions, vLLM with
- * --enable-force-include-usage): it stays, and so does the final usage chunk of such an
- * engine, which it sends unasked. Everything else — other events, `[DONE]`, comments, line
+ * Removes the usage the router asked for from an OpenAI-style SSE stream (one the client did
+ * not ask usage of), and nothing else: an event whose JSON has `choices: []` and a usage is
+ * dropped whole, and a `usage` member beside the choices is cut out — `null` (OpenAI writes
+ * one into every chunk once usage is asked for), a zero object (Ollama's completions, once
+ * asked: middleware/openai.go CompleteWriter.writeResponse), or running figures (vLLM, asked,
+ * with stream_options.continuous_usage_stats: chat_completion/serving.py
+ * chat_completion_stream_generator). Everything else — other events, `[DONE]`, comments, line
  * endings — passes byte for byte. Events are held only until their blank line arrives.
  */
 export class UsageStripper {
   private pending = new Uint8Array(0);
-  /** The engine put a usage beside real choices: it streams usage whether asked or not. */
-  engineSendsUsage = false;
 
   push(chunk: Uint8Array): Uint8Array {
     const bytes = this.pending.length > 0 ? concat(this.pending, chunk) : chunk;
@@ -80,11 +84,9 @@ export class UsageStripper {
     if (!scanned) return event;
     const usage = scanned.members.find((m) => m.key === "usage");
     if (!usage) return event;
-    if (text(event, usage) === "null") return withoutMember(event, scanned.members, usage);
     const choices = scanned.members.find((m) => m.key === "choices");
-    if (choices && /^\[\s*\]$/.test(text(event, choices))) return this.engineSendsUsage ? event : new Uint8Array(0);
-    this.engineSendsUsage = true;
-    return event;
+    if (choices && /^\[\s*\]$/.test(text(event, choices)) && text(event, usage) !== "null") return new Uint8Array(0);
+    return withoutMember(event, scanned.members, usage);
   }
 }
 

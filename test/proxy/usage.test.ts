@@ -5,13 +5,14 @@
  */
 import { describe, expect, it } from "bun:test";
 import { nestingDepth, topLevelMembers } from "../../src/proxy/_json.ts";
+import { VLLM } from "../../src/engines/vllm.ts";
 import { UsageStripper, withUsageRequested } from "../../src/proxy/usage.ts";
 
 const enc = (s: string) => new TextEncoder().encode(s);
 const dec = (b: Uint8Array) => new TextDecoder().decode(b);
 
-function inject(endpoint: "chat" | "completions" | "responses" | "messages", text: string): string | undefined {
-  const out = withUsageRequested(endpoint, JSON.parse(text), enc(text));
+function inject(endpoint: "chat" | "completions" | "responses" | "messages", text: string, asked?: (options: unknown) => boolean): string | undefined {
+  const out = withUsageRequested(endpoint, JSON.parse(text), enc(text), asked);
   return out === undefined ? undefined : dec(out);
 }
 
@@ -41,6 +42,22 @@ describe("withUsageRequested: only stream_options is written, every other byte i
     expect(inject(endpoint, body)).toBeUndefined();
   });
 
+  // vLLM reads `include_usage` as true once stream_options is sent (engine/protocol.py
+  // StreamOptions): the engine's profile says so, and such a client asked.
+  it.each([
+    ["stream_options {}", `{"stream":true,"stream_options":{}}`, undefined],
+    ["only continuous_usage_stats", `{"stream":true,"stream_options":{"continuous_usage_stats":true}}`, undefined],
+    ["include_usage false", `{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`],
+    ["include_usage null (None: no usage)", `{"stream":true,"stream_options":{"include_usage":null}}`, `{"stream":true,"stream_options":{"include_usage":true}}`],
+    ["no stream_options", `{"stream":true}`, `{"stream_options":{"include_usage":true},"stream":true}`],
+  ])("vLLM's rule: %s", (_name, body, expected) => {
+    expect(inject("chat", body, VLLM.stream.usageAsked)).toBe(expected);
+  });
+
+  it("OpenAI's rule where the engine says none: stream_options {} did not ask", () => {
+    expect(inject("chat", `{"stream":true,"stream_options":{}}`)).toBe(`{"stream":true,"stream_options":{"include_usage":true}}`);
+  });
+
   it("completions get it too", () => {
     expect(inject("completions", `{"stream":true,"prompt":"x"}`)).toBe(`{"stream_options":{"include_usage":true},"stream":true,"prompt":"x"}`);
   });
@@ -53,10 +70,17 @@ describe("UsageStripper: the stream the client would have received", () => {
   it.each([
     ["the final usage chunk is dropped (vLLM)", chunk("") + usageChunk + "data: [DONE]\n\n", chunk("") + "data: [DONE]\n\n"],
     ['"usage":null in every chunk is cut out (OpenAI, the sim)', chunk(`,"usage":null`) + chunk(`,"usage":null`) + usageChunk + "data: [DONE]\n\n", chunk("") + chunk("") + "data: [DONE]\n\n"],
-    // llama.cpp's completions stream puts usage on its final chunk unasked (server-task.cpp): the engine's own, kept.
-    ["a usage riding on a content chunk is the engine's own: kept", `data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n`, `data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":5}}\n\ndata: [DONE]\n\n`],
-    // vLLM --enable-force-include-usage: usage on every chunk and the final usage chunk, whether asked or not.
-    ["an engine that streams usage unasked keeps its final usage chunk too", `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n${usageChunk}data: [DONE]\n\n`, `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n${usageChunk}data: [DONE]\n\n`],
+    // Ollama's completions, asked for usage, put a zero usage in every chunk (middleware/openai.go
+    // CompleteWriter.writeResponse): the ask brought it, the client did not ask: cut out.
+    [
+      "a usage beside the choices, brought by the ask, is cut out (Ollama's completions)",
+      `data: {"id":"cmpl-1","object":"text_completion","choices":[{"text":"a","index":0,"finish_reason":null}],"model":"m","system_fingerprint":"fp_ollama","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}\n\ndata: {"id":"cmpl-1","object":"text_completion","choices":[],"model":"m","system_fingerprint":"fp_ollama","usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}\n\ndata: [DONE]\n\n`,
+      `data: {"id":"cmpl-1","object":"text_completion","choices":[{"text":"a","index":0,"finish_reason":null}],"model":"m","system_fingerprint":"fp_ollama"}\n\ndata: [DONE]\n\n`,
+    ],
+    // vLLM with stream_options.continuous_usage_stats (and include_usage false): once the router
+    // sets include_usage, every chunk carries usage (chat_completion/serving.py
+    // chat_completion_stream_generator, include_continuous_usage) and the usage chunk follows.
+    ["continuous usage the ask turned on is cut from every chunk, the usage chunk dropped (vLLM)", `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n${usageChunk}data: [DONE]\n\n`, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n`],
     ["usage first in the object", `data: {"usage":null,"choices":[]}\n\n`, `data: {"choices":[]}\n\n`],
     ["CRLF line endings kept", chunk("").replace(/\n/g, "\r\n") + usageChunk.replace(/\n/g, "\r\n"), chunk("").replace(/\n/g, "\r\n")],
     ["comments, keep-alives and other events pass", `: ping\n\nevent: x\ndata: {"usage":1,"choices":[]}\n\n` + chunk(""), `: ping\n\nevent: x\ndata: {"usage":1,"choices":[]}\n\n` + chunk("")],

@@ -127,3 +127,40 @@ describe("a stream that asked for usage", () => {
     expect(chunks.slice(0, -1).every((c) => c.usage === undefined)).toBe(true);
   });
 });
+
+/** A router in front of one sim of `engine`, once it has recognised the engine's family. */
+async function engineFleet(engine: "ollama" | "vllm") {
+  const own = await startSimInProcess(`${engine}0`, { engine });
+  const ownRouter = await startRouterInProcess([own]);
+  await until(
+    async () => (((await (await fetch(`${ownRouter.url}/status`)).json()) as { replicas: { facts: { family: string | null } | null }[] }).replicas[0]!.facts?.family === engine ? true : undefined),
+    `the router's discovery of the ${engine} engine`,
+  );
+  return { own, ownRouter };
+}
+
+describe("Ollama: a completions stream that did not ask for usage", () => {
+  it("gets the engine's own bytes (Ollama puts a zero usage in every chunk once asked: taken out), and later streams there still teach the router their usage", async () => {
+    const { own, ownRouter } = await engineFleet("ollama");
+    const body = JSON.stringify({ model: "sim-model", stream: true, max_tokens: 4, prompt: `${SALT} ollama completions` });
+    const post = (base: string) => fetch(`${base}/v1/completions`, { method: "POST", body, headers: { "content-type": "application/json" } }).then((r) => r.text());
+    const viaRouter = await post(ownRouter.url);
+    expect(viaRouter).not.toContain("usage");
+    expect(normalise(viaRouter)).toBe(normalise(await post(own.url)));
+    // The router still asks for usage there: a chat stream that did not ask reports its prompt tokens.
+    await collect(ownRouter.client(), { model: "sim-model", stream: true, max_tokens: 2, messages: [{ role: "user", content: `${SALT} ollama chat` }] });
+    const line = await until(() => logRecords(ownRouter, "request").find((r) => r.endpoint === "chat"), "the chat stream's log line");
+    expect(line.prompt_tokens).toBeGreaterThan(0);
+  });
+});
+
+describe("vLLM: stream_options {} (include_usage defaults to true there)", () => {
+  it("the client asked for usage as vLLM reads it: it gets the usage chunk, the engine's bytes", async () => {
+    const { own, ownRouter } = await engineFleet("vllm");
+    const body = JSON.stringify({ model: "sim-model", stream: true, stream_options: {}, max_tokens: 3, messages: [{ role: "user", content: `${SALT} vllm` }] });
+    const post = (base: string) => fetch(`${base}/v1/chat/completions`, { method: "POST", body, headers: { "content-type": "application/json" } }).then((r) => r.text());
+    const viaRouter = await post(ownRouter.url);
+    expect(viaRouter).toContain(`"choices":[],"usage":{`);
+    expect(normalise(viaRouter)).toBe(normalise(await post(own.url)));
+  });
+});
