@@ -28,9 +28,10 @@ import { UsageStripper, withUsageRequested } from "./usage.ts";
  * How a request ended. rejected: refused by the router before routing; upstream_rejected:
  * the replica answered 4xx (the request, the replica's key or its URL is wrong: counted
  * apart so a misconfigured replica does not hide among the successes); upstream_error: it
- * answered 5xx or failed mid-response.
+ * answered 5xx or failed mid-response; upstream_error_in_stream: it answered 200 and then
+ * ended the stream with its own error event (the engine failed the request once it began).
  */
-export type Outcome = "ok" | "upstream_error" | "upstream_rejected" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
+export type Outcome = "ok" | "upstream_error" | "upstream_error_in_stream" | "upstream_rejected" | "client_cancelled" | "rejected" | "no_replica" | "timeout" | "drain_timeout";
 
 /** What happened to one request, for the log line and the metrics. */
 export interface RequestRecord {
@@ -571,8 +572,14 @@ export function createProxy(deps: ProxyDeps): Proxy {
     const finish = (ended: Outcome, error?: string) => {
       if (finished) return;
       finished = true;
-      // A complete answer is "ok" only when it is a success: the engine's error is its verdict.
-      const outcome: Outcome = ended !== "ok" ? ended : res.status >= 500 ? "upstream_error" : res.status >= 400 ? "upstream_rejected" : "ok";
+      const usage: TapResult = tap.finish();
+      // A complete answer is "ok" only when it is a success: the engine's error is its verdict,
+      // in the status or as the stream's error event.
+      let outcome: Outcome = ended !== "ok" ? ended : res.status >= 500 ? "upstream_error" : res.status >= 400 ? "upstream_rejected" : "ok";
+      if (outcome === "ok" && usage.streamError !== undefined) {
+        outcome = "upstream_error_in_stream";
+        error = `the engine ended the stream with an error event: ${clip(usage.streamError)}`;
+      }
       release();
       flights.delete(flight);
       replica.inflight--;
@@ -580,7 +587,6 @@ export function createProxy(deps: ProxyDeps): Proxy {
       replica.leave(tokens);
       replica.flights.end(inSlot, Date.now(), outcome === "ok" && prefilled);
       if (outcome === "ok") replica.served++;
-      const usage: TapResult = tap.finish();
       const est = decided.estimate;
       let verdict: Verdict | undefined;
       // A replica a reload removed is not remembered for anything.

@@ -1,8 +1,8 @@
 /**
  * Reads a relayed response on the side, without holding it up: time to first byte, the
- * final usage (cached tokens included) and a Responses API id. SSE is parsed event by event
- * and only lines that can carry usage or an id are parsed; a JSON body is parsed once at
- * the end (up to a cap).
+ * final usage (cached tokens included), a Responses API id, and the error event an engine
+ * ends a failed stream with. SSE is parsed event by event and only lines that can carry
+ * usage, an id or an error are parsed; a JSON body is parsed once at the end (up to a cap).
  */
 
 import { SseParser } from "../engines/sse.ts";
@@ -15,6 +15,13 @@ export interface Usage {
 
 export interface TapResult extends Usage {
   responseId?: string;
+  /**
+   * A stream event was an error (its message): the engine failed the request after the
+   * stream began — llama.cpp ends the stream with it (server-context.cpp
+   * handle_completions_impl), vLLM sends `data: [DONE]` after it (chat_completion/serving.py
+   * chat_completion_stream_generator); Anthropic's and the Responses API's `type: "error"`.
+   */
+  streamError?: string;
 }
 
 const JSON_CAP = 8 << 20;
@@ -60,8 +67,8 @@ export class ResponseTap {
   }
 
   private event(data: string): void {
-    // Only events that can carry usage or a response id are worth a JSON.parse.
-    if (!/"(usage|timings)"|"response\.(created|completed)"/.test(data)) return;
+    // Only events that can carry usage, a response id or an error are worth a JSON.parse.
+    if (!/"(usage|timings|error)"|"response\.(created|completed)"/.test(data)) return;
     try {
       this.absorb(JSON.parse(data));
     } catch {
@@ -72,6 +79,10 @@ export class ResponseTap {
   private absorb(event: unknown): void {
     if (!event || typeof event !== "object") return;
     const e = event as Record<string, any>;
+    if (this.sse && ((e.error && typeof e.error === "object") || e.type === "error")) {
+      const message = e.error?.message ?? e.message;
+      this.result.streamError = typeof message === "string" ? message : "(no message)";
+    }
     const response = e.response && typeof e.response === "object" ? e.response : undefined;
     if (typeof response?.id === "string") this.result.responseId = response.id;
     else if (e.object === "response" && typeof e.id === "string") this.result.responseId = e.id;

@@ -423,6 +423,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
   async function streamed(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
     const format = profile.streamFormat(ctx);
     const cutAfter = faults.takeClose();
+    const errorAfter = faults.takeStreamError();
     let controller!: ReadableStreamDefaultController<Uint8Array>;
     let written = 0;
     let finished = false;
@@ -449,14 +450,24 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       if (written === 0) controller.error();
       else setTimeout(() => controller.error(), CUT_FLUSH_MS);
     };
+    /** The engine fails the request after it began: its error event ends the stream (faults.ts error_after_chunks). */
+    const fail = () => {
+      finished = true;
+      engine.stats.faulted_total++;
+      if (seq) engine.cancel(seq, "fault");
+      for (const frame of profile.streamError!(new ApiError(500, "sim fault: error_after_chunks"))) controller.enqueue(encoder.encode(frame));
+      controller.close();
+    };
     const write = (frames: string[]) => {
       for (const frame of frames) {
         if (finished) return;
         // K = 0: not even the first (a tiny prompt's first token is written inside submit()).
         if (cutAfter === 0) return cut();
+        if (errorAfter === 0) return fail();
         controller.enqueue(encoder.encode(frame));
         written++;
         if (cutAfter >= 0 && written >= cutAfter) return cut();
+        if (errorAfter >= 0 && written >= errorAfter) return fail();
       }
     };
     seq = engine.submit({
@@ -508,6 +519,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     request.signal.addEventListener("abort", onAbort, { once: true });
     if (request.signal.aborted) onAbort();
     if (cutAfter === 0 && !finished) cut();
+    if (errorAfter === 0 && !finished) fail();
     await admission;
     return new Response(stream, {
       headers: { ...baseHeaders, ...prefixHeader(seq), "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" },
@@ -541,6 +553,9 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       // An engine's own fault: another profile would take it and never use it.
       if (profile.family !== "llamacpp" && isRecord(body) && "unparsable_next" in body) {
         throw new ApiError(400, `unparsable_next imitates llama.cpp's chat parser: this sim runs the ${options.engine} profile`, { param: "unparsable_next" });
+      }
+      if (!profile.streamError && isRecord(body) && "error_after_chunks" in body) {
+        throw new ApiError(400, `error_after_chunks imitates the error event llama.cpp and vLLM end a failed stream with: this sim runs the ${options.engine} profile`, { param: "error_after_chunks" });
       }
       if (profile.family !== "ollama" && isRecord(body) && "queue_full_next" in body) {
         throw new ApiError(400, `queue_full_next imitates Ollama's scheduler queue: this sim runs the ${options.engine} profile`, { param: "queue_full_next" });

@@ -23,6 +23,15 @@
  *   streamed: the real server fails completions, messages and responses the same way, and,
  *   when more text follows the broken character, ends a stream with that error as an event;
  *   the sim imitates neither (docs/sim-engines.md).
+ * - `error_after_chunks: K` — llamacpp and vllm profiles: the next streaming response ends
+ *   after K SSE events with the engine's own error event, as the engine ends a stream whose
+ *   request failed once it had begun (the sequence stops, its KV is freed; counted as a
+ *   fault): llama.cpp writes the error object as one `data:` event and ends the stream, no
+ *   `[DONE]` (server-context.cpp handle_completions_impl: the stream's `next` writes
+ *   `format_error` of an error result and returns false); vLLM writes
+ *   `create_streaming_error_response` as a `data:` event, then `data: [DONE]`
+ *   (chat_completion/serving.py chat_completion_stream_generator's `except`). K = 0: before
+ *   any other event. Non-streaming requests do not consume it.
  * - `queue_full_next: N` — ollama profile: the next N generation requests are turned away as
  *   Ollama turns them away when its scheduler queue is full (`OLLAMA_MAX_QUEUE`, 512): HTTP 503
  *   "server busy, please try again.  maximum pending requests exceeded", nothing computed
@@ -45,6 +54,7 @@ export class Faults {
   closeNext: number;
   unparsableNext = 0;
   queueFullNext = 0;
+  errorAfterChunks = -1;
   readyAtMs: number;
   private readonly stalled = new Set<() => void>();
 
@@ -97,6 +107,13 @@ export class Faults {
     return this.closeAfterChunks;
   }
 
+  /** SSE events after which this streaming response ends with the engine's error event (consuming `error_after_chunks`), -1 = never. */
+  takeStreamError(): number {
+    const k = this.errorAfterChunks;
+    this.errorAfterChunks = -1;
+    return k;
+  }
+
   /** Whether Ollama's scheduler queue turns this request away (consuming one `queue_full_next`). */
   takeQueueFull(): boolean {
     if (this.queueFullNext <= 0) return false;
@@ -114,7 +131,7 @@ export class Faults {
   /** Apply a POST /sim/faults body. Throws ApiError 400 naming the bad field. */
   update(body: unknown): void {
     if (!isRecord(body)) throw new ApiError(400, "/sim/faults takes a JSON object");
-    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms", "unparsable_next", "queue_full_next"];
+    const known = ["fail_next", "fail_status", "stall_ms", "stall_next", "close_after_chunks", "close_next", "startup_delay_ms", "unparsable_next", "queue_full_next", "error_after_chunks"];
     for (const key of Object.keys(body)) {
       if (!known.includes(key)) throw new ApiError(400, `unknown fault ${JSON.stringify(key)}; known: ${known.join(", ")}`, { param: key });
     }
@@ -136,6 +153,7 @@ export class Faults {
     const startupDelay = int("startup_delay_ms", 0);
     const unparsable = int("unparsable_next", 0);
     const queueFull = int("queue_full_next", 0);
+    const errorAfter = int("error_after_chunks", -1);
     if (failStatus !== undefined) this.failStatus = failStatus;
     if (failNext !== undefined) this.failNext = failNext;
     if (stallMs !== undefined) {
@@ -150,6 +168,7 @@ export class Faults {
     if (startupDelay !== undefined) this.readyAtMs = this.clock.now() + startupDelay;
     if (unparsable !== undefined) this.unparsableNext = unparsable;
     if (queueFull !== undefined) this.queueFullNext = queueFull;
+    if (errorAfter !== undefined) this.errorAfterChunks = errorAfter;
   }
 
   /** Back to no faults at all (start-up delay included). */
@@ -162,6 +181,7 @@ export class Faults {
     this.closeNext = 1;
     this.unparsableNext = 0;
     this.queueFullNext = 0;
+    this.errorAfterChunks = -1;
     this.readyAtMs = this.clock.now();
     this.releaseStalled();
   }
@@ -176,6 +196,7 @@ export class Faults {
       close_next: this.closeNext,
       unparsable_next: this.unparsableNext,
       queue_full_next: this.queueFullNext,
+      error_after_chunks: this.errorAfterChunks,
       loading_ms_left: Math.max(0, Math.ceil(this.readyAtMs - this.clock.now())),
     };
   }

@@ -442,6 +442,24 @@ describe("fault knobs", () => {
     expect(Number(/cached=(\d+)/.exec(served.headers.get("x-sim-prefix")!)![1])).toBe(0);
   });
 
+  it.each([
+    ["llamacpp", `data: {"error":{"code":500,"message":"sim fault: error_after_chunks","type":"server_error"}}\n\n`],
+    ["vllm", `data: {"error": {"message": "sim fault: error_after_chunks", "type": "InternalServerError", "param": null, "code": 500}}\n\ndata: [DONE]\n\n`],
+  ] as const)("error_after_chunks (%s): the next stream ends after K events with the engine's error event, generation stopped", async (engine, ending) => {
+    const s = await sim({ ...SMALL, engine });
+    await faults(s, { error_after_chunks: 2 });
+    const ended = nextEnd(s);
+    const res = await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 500, stream: true }) });
+    expect(res.status).toBe(200);
+    const events = (await res.text()).split(/(?<=\n\n)/);
+    expect(events).toHaveLength(2 + (engine === "vllm" ? 2 : 1));
+    expect(events.slice(2).join("")).toBe(ending);
+    expect((await ended).reason).toBe("fault");
+    expect(await state(s)).toMatchObject({ faulted_total: 1, running: 0 });
+    const next = await streamChat(openai(s), { messages: [{ role: "user", content: "y" }], max_tokens: 3 });
+    expect(next.usage.completion_tokens).toBe(3);
+  });
+
   it("rejects unknown or malformed fault settings with 400", async () => {
     const s = await sim(SMALL);
     expect((await faults(s, { fail_nxt: 1 })).status).toBe(400);
@@ -450,5 +468,7 @@ describe("fault knobs", () => {
     // llama.cpp's parser fault and Ollama's queue, on a profile that is neither
     expect((await faults(s, { unparsable_next: 1 })).status).toBe(400);
     expect((await faults(s, { queue_full_next: 1 })).status).toBe(400);
+    // an engine error event mid-stream, on a profile (SGLang's) the sim does not end streams so for
+    expect((await faults(await sim({ ...SMALL, engine: "sglang" }), { error_after_chunks: 1 })).status).toBe(400);
   });
 });

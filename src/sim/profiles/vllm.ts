@@ -170,6 +170,14 @@ export function vllmProfile(details: boolean): EngineProfile {
       }
       return undefined;
     },
+    // A stream whose request fails after it began: chat_completion/serving.py
+    // chat_completion_stream_generator's `except` writes create_streaming_error_response
+    // (engine/serving.py: json.dumps of ErrorResponse{error: ErrorInfo}, Python's separators)
+    // as a `data:` event, then `data: [DONE]`.
+    streamError: (e) => [
+      `data: {"error": {"message": ${JSON.stringify(e.message)}, "type": "InternalServerError", "param": null, "code": ${e.status}}}\n\n`,
+      SSE_DONE,
+    ],
     // FastAPI's default for a path no route matches.
     notFound: (headers) => Response.json({ detail: "Not Found" }, { status: 404, headers }),
     errorResponse: (e, headers) =>
