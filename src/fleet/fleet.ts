@@ -139,6 +139,8 @@ export class Replica {
   private readonly runningCommits = new Map<number, number>();
   /** Who waits for a running request to end (`untilEnded`), by its commit tag. */
   private readonly endWaiters = new Map<number, (() => void)[]>();
+  /** Commit tags of the requests that ended here, their prompts kept in their slots, since the last one was sent here (`overflowCleared`). */
+  private readonly endedSinceSent = new Set<number>();
   /** Requests held for a slot here that keeps their prefix (proxy `holdForSlot`), and how long they waited in all (ms). */
   holds = 0;
   heldMs = 0;
@@ -369,18 +371,37 @@ export class Replica {
    * commit: a replica a reload removed) is not followed.
    */
   began(commit: number): void {
+    this.endedSinceSent.clear();
     if (commit === 0) return;
     this.runningCommits.set(commit, (this.runningCommits.get(commit) ?? 0) + 1);
   }
 
-  ended(commit: number): void {
+  ended(commit: number, keptInSlot = false): void {
     if (commit === 0) return;
+    if (keptInSlot) this.endedSinceSent.add(commit);
     const n = (this.runningCommits.get(commit) ?? 0) - 1;
     if (n > 0) return void this.runningCommits.set(commit, n);
     this.runningCommits.delete(commit);
     const waiting = this.endWaiters.get(commit);
     this.endWaiters.delete(commit);
     for (const wake of waiting ?? []) wake();
+  }
+
+  /**
+   * The commits whose prompts a llama.cpp unified KV's overflow purged from idle slots
+   * ("Context size has been exceeded."): before it gives up, its `decode` clears every idle
+   * slot holding tokens, one per failed try (server-context.cpp try_clear_idle_slots:
+   * prompt_clear, nothing saved). Into the host-RAM prompt cache every idle slot is saved when
+   * a task starts (process_single_task, --cache-idle-slots, on by default with --cache-ram):
+   * so lost are the prompts of the requests that ended here, kept in their slots, since the
+   * last one was sent (no task started since to save them) — sent counts as started: one the
+   * engine deferred for a slot starts later and saves more, and another client's task saves
+   * them too; then this over-counts, which costs hits, never a wrong answer. (The slots the
+   * overflow fails are cleared too, `send_error` … `prompt_clear`; of those the router takes
+   * back only what the failed requests added: src/proxy/proxy.ts.)
+   */
+  overflowCleared(): Set<number> {
+    return new Set(this.endedSinceSent);
   }
 
   /**

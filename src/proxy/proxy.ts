@@ -146,6 +146,11 @@ export function createProxy(deps: ProxyDeps): Proxy {
   /** Every request in flight, until its response is complete. */
   const flights = new Set<Flight>();
 
+  /** A llama.cpp unified KV overflowed there: forget the prompts it purged from idle slots (Replica.overflowCleared). */
+  const overflowed = (replica: Replica) => {
+    if (!replica.removed) router.forgetCommits(replica.name, replica.overflowCleared());
+  };
+
   const record = (r: RequestRecord) => {
     deps.onRecord?.(r);
     log.info("request", {
@@ -544,6 +549,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
     if (errorSays(replica.profile?.kvFull, res.status, isSse, all ?? first?.value)) {
       reader?.cancel().catch(() => {});
       const wall = replica.turnedAwayFull(tokens, Date.now(), routing.capacity_window_ms);
+      overflowed(replica);
       const reason = `its KV is full ("Context size has been exceeded." with ~${Math.round(wall).toLocaleString("en-US")} prompt tokens in flight there: requests wait beyond that for ${ms(routing.capacity_window_ms)})`;
       stop = { kind: "failure", failure: { kind: "full", reason } };
       return fail();
@@ -579,11 +585,14 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (outcome === "ok" && usage.streamError !== undefined) {
         outcome = "upstream_error_in_stream";
         error = `the engine ended the stream with an error event: ${clip(usage.streamError)}`;
+        // The KV overflowed while it streamed: the same clearing as before a first byte.
+        if (replica.profile?.kvFull?.(usage.streamErrorEvent)) overflowed(replica);
       }
       release();
       flights.delete(flight);
       replica.inflight--;
-      replica.ended(decided.tag);
+      // An answer that ran its course (or that its client left) leaves its prompt in its slot.
+      replica.ended(decided.tag, outcome === "ok" || outcome === "client_cancelled");
       replica.leave(tokens);
       replica.flights.end(inSlot, Date.now(), outcome === "ok" && prefilled);
       if (outcome === "ok") replica.served++;

@@ -22,6 +22,8 @@ export interface TapResult extends Usage {
    * chat_completion_stream_generator); Anthropic's and the Responses API's `type: "error"`.
    */
   streamError?: string;
+  /** That event, parsed (for EngineProfile.kvFull). */
+  streamErrorEvent?: unknown;
 }
 
 const JSON_CAP = 8 << 20;
@@ -82,6 +84,7 @@ export class ResponseTap {
     if (this.sse && ((e.error && typeof e.error === "object") || e.type === "error")) {
       const message = e.error?.message ?? e.message;
       this.result.streamError = typeof message === "string" ? message : "(no message)";
+      this.result.streamErrorEvent = event;
     }
     const response = e.response && typeof e.response === "object" ? e.response : undefined;
     if (typeof response?.id === "string") this.result.responseId = response.id;

@@ -231,6 +231,28 @@ export class PrefixIndex {
   }
 
   /**
+   * Drop a replica's entries last recorded by one of `commits` (their tags): the engine
+   * dropped what those requests' slots held. Oldest first, so a link goes after what was
+   * recorded below it; a link another commit extended stays (that one's prompt holds it).
+   * Returns how many were dropped.
+   */
+  forgetCommits(replica: string, commits: ReadonlySet<number>): number {
+    const r = this.ids.get(replica);
+    if (r === undefined || commits.size === 0) return 0;
+    let dropped = 0;
+    for (let e = this.head[r]!; e !== NIL; ) {
+      const next = this.next[e]!;
+      if (this.commit[e] !== 0 && commits.has(this.commit[e]!) && this.children[e] === 0) {
+        this.remove(e);
+        dropped++;
+      }
+      e = next;
+    }
+    if (dropped > 0) this.enforceBounds(r);
+    return dropped;
+  }
+
+  /**
    * Drop a replica's entries last used at or before `at`: the engine evicted a prefix last
    * used then, and an LRU cache evicts everything older first.
    */

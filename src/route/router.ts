@@ -560,6 +560,15 @@ export class Router {
     if (share) this.sink?.forget(replica);
   }
 
+  /**
+   * The engine dropped what the requests of these commits (tags, Router.commit) held there:
+   * forget the prefixes they last recorded. Not shared with other instances (the cluster
+   * shares whole forgets and evictions by time); theirs learn it from the engine's reports.
+   */
+  forgetCommits(replica: string, commits: ReadonlySet<number>): number {
+    return this.index.forgetCommits(replica, commits);
+  }
+
   /** Per replica, what it holds of the request: summed over sequences, the newest use (and its commit). */
   private matchAll(chains: readonly PrefixChain[], replicas: readonly ReplicaView[]): PrefixMatch[] {
     return replicas.map((r) => {

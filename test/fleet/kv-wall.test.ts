@@ -38,3 +38,18 @@ describe("a card whose KV wall stands, after requests came and went", () => {
     expect(r.view(1_000).inflightTokens).toBe(0);
   });
 });
+
+describe("what a unified KV's overflow purged unsaved (Replica.overflowCleared)", () => {
+  it("the requests that ended there, their prompts in their slots, since the last one was sent (no task started since to save those slots)", () => {
+    const r = new Replica(config);
+    r.began(1);
+    r.began(2);
+    r.ended(1, true);
+    expect([...r.overflowCleared()]).toEqual([1]);
+    r.began(3); // its start saved 1's idle slot to the RAM cache
+    expect([...r.overflowCleared()]).toEqual([]);
+    r.ended(2, false); // failed: its slot holds nothing of it
+    r.ended(3, true);
+    expect([...r.overflowCleared()]).toEqual([3]);
+  });
+});

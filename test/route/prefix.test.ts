@@ -563,3 +563,21 @@ describe("PrefixIndex.displaces: what a new prompt would push out of a full card
     expect(idx.displaces("gpu0", 1_000, [oneShot(9)], 3)).toBe(1_000);
   });
 });
+
+describe("forgetCommits: what an engine cleared, by the commits that recorded it", () => {
+  it("drops the links those commits last recorded, keeps a link another commit extended and what others recorded", () => {
+    const idx = new PrefixIndex({ maxEntries: 1_000, ttlMs: 3_600_000, windowMs: 300_000 });
+    const chainOf = (...segments: string[]) => chat(segments.map((content) => ({ role: "user", content }))).chains[0]!;
+    const shared = chainOf("system", "a");
+    const longer = chainOf("system", "a", "b");
+    const other = chainOf("other");
+    idx.record(longer, "gpu0", 1, false, 10); // an older conversation, kept elsewhere (say, a RAM copy)
+    idx.record(shared, "gpu0", 2, false, 11); // retouched "system", "a" by commit 11
+    idx.record(other, "gpu0", 3, false, 12);
+    expect(idx.forgetCommits("gpu0", new Set([11, 12]))).toBe(1); // "other"; "a" has a child of commit 10
+    expect(idx.match(longer, "gpu0").depth).toBe(3);
+    expect(idx.match(other, "gpu0").depth).toBe(0);
+    expect(idx.forgetCommits("gpu0", new Set([10, 11]))).toBe(3);
+    expect(idx.size).toBe(0);
+  });
+});

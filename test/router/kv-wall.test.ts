@@ -7,6 +7,7 @@
  */
 import { afterAll, afterEach, describe, expect, it } from "bun:test";
 import { logRecords, startRouterInProcess, startSimInProcess, until, type LocalRouter, type LocalSim } from "../helpers/fleet.ts";
+import { readStream } from "../helpers/conversation.ts";
 import { killAll } from "../helpers/proc.ts";
 
 afterEach(killAll);
@@ -95,5 +96,29 @@ describe("a request waiting at a card's KV wall", () => {
     expect(metrics).toMatch(/llmroute_timeouts_total\{replica="gpu0",kind="first_byte"\} 1\b/);
     a.controller.abort();
     await reading;
+  });
+});
+
+describe("what a unified KV's overflow purged", () => {
+  it("a conversation whose slot sat idle, unsaved, when the pool overflowed is forgotten there: its next turn is not pinned to a cache that is gone", async () => {
+    // 4 slots sharing 4,096 tokens; answers at 200 tokens a second.
+    const sim = await startSimInProcess("gpu0", { engine: "llamacpp", kvTokens: 4_096, prefillTps: 8_000, decodeTps: 200 });
+    const router = await startRouterInProcess([sim]);
+    const status = async () => ((await (await fetch(`${router.url}/status`)).json()) as Status).replicas[0]!;
+    await until(async () => ((await status()).engine?.family === "llamacpp" ? true : undefined), "the router's discovery of the llama.cpp engine");
+    const x: { role: "user" | "assistant"; content: string }[] = [{ role: "user", content: text(1_000) }];
+    // Two long answers grow in the pool while X's short one ends beside them: no task starts
+    // after it, so nothing saves X's idle slot to the RAM cache. Growing, they first purge that
+    // slot (try_clear_idle_slots), then overflow: both end with the engine's error event.
+    const long = () =>
+      router.client().chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: text(1_000) }], max_tokens: 2_000, stream: true });
+    const [a, b, first] = await Promise.all([long(), long(), router.client().chat.completions.create({ model: "sim-model", messages: x, max_tokens: 2 }).withResponse()]);
+    for (const stream of [a, b]) expect((await readStream(stream)).error?.message).toContain("Context size has been exceeded.");
+    await until(() => logRecords(router, "request").filter((r) => r.outcome === "upstream_error_in_stream").length === 2 || undefined, "both long answers ended by the overflow");
+    x.push({ role: "assistant", content: first.data.choices[0]!.message.content ?? "" }, { role: "user", content: "second" });
+    const second = await router.client().chat.completions.create({ model: "sim-model", messages: x, max_tokens: 2 }).withResponse();
+    // The engine had lost it, and the router did not count on it.
+    expect(Number(/cached=(\d+)/.exec(second.response.headers.get("x-sim-prefix") ?? "")?.[1])).toBe(0);
+    expect(second.response.headers.get("x-llmroute-route")).toBe("spread");
   });
 });

@@ -429,6 +429,20 @@ describe("SlotEngine: options", () => {
     expect(h.engine.slots().map((s) => s.cached_tokens)).toEqual([0, 0]);
   });
 
+  it("unified: a slot gone idle since the last task started is purged unsaved when a running request needs its room (try_clear_idle_slots): what it held is gone", async () => {
+    const h = setup({ kvUnified: true, kvTokens: 1024 });
+    // Both start together (their starts save nothing worth keeping); b ends first, and no task
+    // starts after it: its idle slot is never saved to the RAM cache.
+    const a = h.engine.submit({ prompt: text(600, "a"), maxTokens: 200, finishReason: "length" });
+    const b = h.engine.submit({ prompt: text(300, "b"), maxTokens: 1, finishReason: "length" });
+    h.clock.runUntilIdle();
+    expect((await b.done).reason).toBe("length");
+    // a grew past what the pool held beside b's idle slot: that slot was purged, and a went on.
+    expect((await a.done).reason).toBe("length");
+    expect(h.engine.promptCache().entry_tokens).not.toContain(300);
+    expect((await send(h, text(300, "b"))).result.cachedTokens).toBe(0);
+  });
+
   it("a generation stops at the slot's context", async () => {
     const h = setup({ kvTokens: 1024 }); // 512 per slot
     const { result } = await send(h, text(500, "a"), 50);
