@@ -367,8 +367,9 @@ export class Replica {
 
   /**
    * The request whose decision was committed with tag `commit` (Router.commit) was sent here /
-   * has ended here. A tag, not the commit time: two commits can share a millisecond. 0 (no
-   * commit: a replica a reload removed) is not followed.
+   * has ended here (`keptInSlot`: its answer ran its course, or its client left, so its prompt
+   * stays in its slot: `overflowCleared`). A tag, not the commit time: two commits can share a
+   * millisecond. 0 (no commit: a replica a reload removed) is not followed.
    */
   began(commit: number): void {
     this.endedSinceSent.clear();
