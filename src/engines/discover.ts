@@ -143,13 +143,13 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
   let version: string | undefined;
   if (profile?.version) {
     const info = profile.family === "ollama" && versionBody !== undefined ? { body: versionBody, path: profile.version.path } : await askInfo(fetchFn, url, headers, timeoutMs, profile.version);
-    const body = info?.body;
+    const body = info.body;
     version = profile.version.read(body);
     if (profile.family === "llamacpp") capacity = llamacppCapacity(body) ?? capacity;
     // SGLang without --enable-metrics (or without sglang:page_size) still says its KV pool and
     // page size in /server_info.
     if (profile.family === "sglang") {
-      const fromInfo = sglangInfoCapacity(body, info!.path);
+      const fromInfo = sglangInfoCapacity(body, info.path);
       if (!capacity) capacity = fromInfo;
       else if (capacity.blockTokens === undefined && fromInfo?.blockTokens) capacity = { ...capacity, blockTokens: fromInfo.blockTokens };
     }
@@ -183,7 +183,8 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
 
 /**
  * The family's info endpoint (EngineProfile.version): its path, else — answered 404 there —
- * the path older versions answer on. The body and the path that gave it; undefined: neither.
+ * the path older versions answer on. The body (undefined when neither answered JSON) and the
+ * path asked last.
  */
 async function askInfo(
   fetchFn: FetchLike,
@@ -191,7 +192,7 @@ async function askInfo(
   headers: Record<string, string>,
   timeoutMs: number,
   endpoint: NonNullable<EngineProfile["version"]>,
-): Promise<{ body: unknown; path: string } | undefined> {
+): Promise<{ body: unknown; path: string }> {
   const got = await get(fetchFn, `${url}${endpoint.path}`, headers, timeoutMs);
   if (got?.status === 404 && endpoint.oldPath) return { body: json(await get(fetchFn, `${url}${endpoint.oldPath}`, headers, timeoutMs)), path: endpoint.oldPath };
   return { body: json(got), path: endpoint.path };

@@ -41,7 +41,7 @@ export const SGLANG: EngineProfile = {
   },
   // The KV pool in tokens (SchedulerMetricsCollector.emit_constants: max_total_num_tokens, the
   // scheduler's token pool) and its page size (`sglang:page_size`, the same constants): the
-  // radix cache matches whole pages, 1 token by default, 32–128 on backends that need more
+  // radix cache matches whole pages, 1 token by default, 64 or 128 on backends that need more
   // (server_args.py: "FlashMLA only supports a page_size of 64", the Ascend backend 128, …).
   capacityFromMetrics(metrics) {
     const kvTokens = sum(metrics, "sglang:max_total_num_tokens", SGLANG) ?? 0;

@@ -216,7 +216,8 @@ describe("how each family schedules prefills (the hybrid prices a replica's queu
 describe("a response's cached tokens, as its engine means them", () => {
   const facts = (family: EngineFacts["family"]) => (family ? PROFILES[family] : undefined);
   it.each([
-    ["vLLM with the flag, a zero left out once the field was seen: 0", "vllm", "chat", { promptTokens: 100 }, true, 0],
+    ["vLLM with the flag writes a 0 (_make_prompt_tokens_details): nothing cached, from the first response on", "vllm", "chat", { promptTokens: 100, cachedTokens: 0 }, false, 0],
+    ["vLLM with the flag, a zero left out once the field was seen (older versions): 0", "vllm", "chat", { promptTokens: 100 }, true, 0],
     ["vLLM before any response carried the field: unknown", "vllm", "chat", { promptTokens: 100 }, false, undefined],
     ["SGLang with --enable-cache-report omits a zero: 0 once seen", "sglang", "chat", { promptTokens: 100 }, true, 0],
     ["llama.cpp always reports: what it says", "llamacpp", "chat", { promptTokens: 100, cachedTokens: 60 }, true, 60],
