@@ -1,7 +1,7 @@
 /**
  * Asking a replica what it is: family, version, KV capacity and block size, which cache
  * counters it exports — from /v1/models, /metrics, the family's own endpoints (llama.cpp
- * /props, vLLM /version, SGLang /get_server_info, Ollama /api/version) and response headers.
+ * /props, vLLM /version, SGLang /server_info, Ollama /api/version) and response headers.
  * No configuration needed; each answer is best effort with a timeout, and what could not be
  * learned is reported as missing, with the engine flag that would add it.
  *
@@ -10,7 +10,7 @@
 import { detectFamily, profileOf } from "./index.ts";
 import { llamacppCapacity } from "./llamacpp.ts";
 import { parsePrometheus, readEngine, type EngineReading, type Sample } from "./metrics.ts";
-import type { Capacity, EngineFamily, EngineProfile, ResidentModel } from "./profile.ts";
+import type { Capacity, EngineFamily, EngineProfile, PrefixCacheOff, ResidentModel } from "./profile.ts";
 
 export interface ModelCard {
   id: string;
@@ -50,6 +50,8 @@ export interface EngineFacts {
   cacheCounters: boolean;
   /** A response of this replica has carried per-request cached tokens. */
   cachedTokensSeen: boolean;
+  /** The engine says its prefix cache is off: nothing the router does can give a hit there. */
+  prefixCacheOff?: PrefixCacheOff;
 }
 
 export interface Discovery {
@@ -140,13 +142,16 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
   let capacity = scraped.metrics ? profile?.capacityFromMetrics?.(scraped.metrics) : undefined;
   let version: string | undefined;
   if (profile?.version) {
-    const body = profile.family === "ollama" && versionBody !== undefined ? versionBody : json(await get(fetchFn, `${url}${profile.version.path}`, headers, timeoutMs));
+    const info = profile.family === "ollama" && versionBody !== undefined ? { body: versionBody, path: profile.version.path } : await askInfo(fetchFn, url, headers, timeoutMs, profile.version);
+    const body = info.body;
     version = profile.version.read(body);
     if (profile.family === "llamacpp") capacity = llamacppCapacity(body) ?? capacity;
-    // SGLang without --enable-metrics still says its KV pool in /get_server_info.
-    if (profile.family === "sglang" && !capacity) {
-      const tokens = Number((body as { max_total_num_tokens?: unknown } | undefined)?.max_total_num_tokens);
-      if (tokens > 0) capacity = { kvTokens: tokens, blockTokens: 1, source: "/get_server_info" };
+    // SGLang without --enable-metrics (or without sglang:page_size) still says its KV pool and
+    // page size in /server_info.
+    if (profile.family === "sglang") {
+      const fromInfo = sglangInfoCapacity(body, info.path);
+      if (!capacity) capacity = fromInfo;
+      else if (capacity.blockTokens === undefined && fromInfo?.blockTokens) capacity = { ...capacity, blockTokens: fromInfo.blockTokens };
     }
   }
   // Ollama lists each loaded model's context in /api/ps (none before a request loads one).
@@ -162,6 +167,8 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
     cacheCounters: !!(scraped.metrics && profile?.cacheCounters(scraped.metrics)),
     cachedTokensSeen: false,
   };
+  const off = scraped.metrics ? profile?.prefixCacheOff?.(scraped.metrics) : undefined;
+  if (off) facts.prefixCacheOff = off;
   const startToken = startTokenOf(profile, scraped.metrics, metricsAnswer?.headers);
   return {
     facts,
@@ -172,6 +179,34 @@ export async function discoverEngine(target: DiscoverTarget, fetchFn: FetchLike,
     ...(resident ? { resident: resident.models } : {}),
     ...(resident?.date !== undefined ? { residentDate: resident.date } : {}),
   };
+}
+
+/**
+ * The family's info endpoint (EngineProfile.version): its path, else — answered 404 there —
+ * the path older versions answer on. The body (undefined when neither answered JSON) and the
+ * path asked last.
+ */
+async function askInfo(
+  fetchFn: FetchLike,
+  url: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+  endpoint: NonNullable<EngineProfile["version"]>,
+): Promise<{ body: unknown; path: string }> {
+  const got = await get(fetchFn, `${url}${endpoint.path}`, headers, timeoutMs);
+  if (got?.status === 404 && endpoint.oldPath) return { body: json(await get(fetchFn, `${url}${endpoint.oldPath}`, headers, timeoutMs)), path: endpoint.oldPath };
+  return { body: json(got), path: endpoint.path };
+}
+
+/**
+ * SGLang's KV from its server info (http_server.py server_info: the scheduler's
+ * max_total_num_tokens, and server_args' page_size, the radix cache's match unit).
+ */
+function sglangInfoCapacity(body: unknown, path: string): Capacity | undefined {
+  const info = (body && typeof body === "object" ? body : {}) as { max_total_num_tokens?: unknown; page_size?: unknown };
+  const tokens = Number(info.max_total_num_tokens);
+  const page = Number(info.page_size);
+  return tokens > 0 ? { kvTokens: tokens, blockTokens: page > 0 ? page : 1, source: path } : undefined;
 }
 
 /**
@@ -215,6 +250,9 @@ export interface MissingFact {
 export function missingFacts(facts: EngineFacts, configured: { kvTokens: number }): MissingFact[] {
   const out: MissingFact[] = [];
   const profile = facts.family ? profileOf(facts.family) : undefined;
+  if (facts.prefixCacheOff) {
+    out.push({ what: `prefix caching is off (${facts.prefixCacheOff.evidence}): no request can hit this replica's cache, whatever the router does`, fix: facts.prefixCacheOff.fix });
+  }
   if (!profile) {
     out.push({
       what: "engine family not recognised (no vllm:/sglang:/llamacpp: metrics, no known owned_by, no /api/version)",

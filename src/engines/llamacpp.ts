@@ -40,15 +40,17 @@ export const LLAMACPP: EngineProfile = {
   startTimeHeader: "process-start-time-unix",
   usage: {
     // server-task.cpp usage_json_oaicompat: prompt_tokens_details.cached_tokens on every
-    // response, beside timings.cache_n (equal in a real run).
+    // response, beside timings.cache_n (server_slot_stats::to_json; equal in a real run).
     cached: "always",
     zeroOmitted: false,
     responsesConstant: false,
   },
   // server-task.cpp to_json_oaicompat_chat_stream: without include_usage the last chunk still
-  // carries `timings` (cache_n, prompt_n); with it, usage and timings move onto an extra
-  // `choices: []` chunk. Completions streams put `usage` on the final chunk unasked. So the
-  // router adds nothing and strips nothing: the client gets the engine's bytes.
+  // carries `timings` (server-common.cpp server_slot_stats::to_json: cache_n, prompt_n, …;
+  // server-task.cpp result_timings::to_json before the August 2026 metrics refactor); with it,
+  // usage and timings move onto an extra `choices: []` chunk. Completions streams put `usage`
+  // on the final chunk unasked. So the router adds nothing and strips nothing: the client gets
+  // the engine's bytes.
   stream: { usageUnasked: () => true },
   // A single-model llama-server does not check `model` (any value is served); with several
   // models (router mode, server-models.cpp) names matter — the fleet applies this only to a

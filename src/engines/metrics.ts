@@ -42,13 +42,19 @@ function parseValue(text: string): number | undefined {
 }
 
 /**
- * Sum over every label set (vLLM data-parallel engines report one series each). NaN and ±Inf
- * are missing values: the text format allows them (a client library writes a gauge set to
- * one as such), and a sum or a load computed with one is not a number any more.
+ * Sum over every label set (vLLM data-parallel engines report one series each), each figure
+ * once where the family repeats some (`distinct`: EngineProfile.distinct). NaN and ±Inf are
+ * missing values: the text format allows them (a client library writes a gauge set to one as
+ * such), and a sum or a load computed with one is not a number any more.
  */
-export function total(metrics: Map<string, Sample[]>, name: string): number | undefined {
-  const samples = metrics.get(name)?.filter((s) => Number.isFinite(s.value));
-  return samples && samples.length > 0 ? samples.reduce((sum, s) => sum + s.value, 0) : undefined;
+export function total(metrics: Map<string, Sample[]>, name: string, distinct?: (name: string, samples: readonly Sample[]) => Sample[]): number | undefined {
+  const samples = finiteSamples(metrics, name, distinct);
+  return samples.length > 0 ? samples.reduce((sum, s) => sum + s.value, 0) : undefined;
+}
+
+function finiteSamples(metrics: Map<string, Sample[]>, name: string, distinct?: (name: string, samples: readonly Sample[]) => Sample[]): Sample[] {
+  const samples = metrics.get(name)?.filter((s) => Number.isFinite(s.value)) ?? [];
+  return distinct && samples.length > 1 ? distinct(name, samples) : samples;
 }
 
 /** The signal catalogue per family, from the profiles (src/engines/<family>.ts). */
@@ -72,6 +78,7 @@ export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Sig
   const reading: EngineReading = { values: {}, found: {}, missing: [] };
   if (!family) return reading;
   reading.family = family;
+  const distinct = PROFILES[family].distinct;
   for (const [signal, candidates] of Object.entries(ENGINE_METRICS[family]) as [Signal, string[]][]) {
     if (wanted && !wanted.includes(signal)) continue;
     const name = candidates.find((n) => metrics.has(n));
@@ -81,11 +88,11 @@ export function readEngine(metrics: Map<string, Sample[]>, wanted?: readonly Sig
     }
     reading.found[signal] = name;
     // Found but not a number (NaN, ±Inf): no value, as if the engine had not said.
-    const sum = total(metrics, name);
-    if (sum === undefined) continue;
-    const series = metrics.get(name)!.filter((s) => Number.isFinite(s.value)).length;
+    const samples = finiteSamples(metrics, name, distinct);
+    if (samples.length === 0) continue;
+    const sum = samples.reduce((a, s) => a + s.value, 0);
     // Ratios are averaged over data-parallel engines; counts and gauges of requests add up.
-    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / series : sum;
+    reading.values[signal] = signal === "kv_usage" || signal === "cache_hit_rate" ? sum / samples.length : sum;
   }
   return reading;
 }

@@ -27,7 +27,12 @@ export const OLLAMA: EngineProfile = {
   // types/model/name.go: a name without a tag means ":latest" (ParseName fills the default
   // tag), and /v1/models lists the tagged name, "qwen3:latest".
   sameModel: (requested, listed) => requested === listed || `${requested}:latest` === listed,
-  // The runner reuses a slot's inputs up to the longest common prefix (runner/ollamarunner/cache.go).
+  // Since v0.30.0 a GGUF model runs on llama-server alone (commit 9db4bdbad "Remove CGO
+  // engines, use llama-server exclusively for GGML models" removed the Go runner,
+  // runner/ollamarunner/cache.go with it). llm/llama_server.go llamaServerRunner.Completion
+  // sends it `cache_prompt: true`, so a slot's prompt is reused up to the longest common
+  // prefix, token by token (llama.cpp tools/server/server-context.cpp). Safetensors models run
+  // on the MLX runner instead, whose prompt cache is a token trie (x/mlxrunner/cache_trie.go).
   blockTokens: 1,
   // llm/llama_server.go startLlamaServer passes no --cache-ram: llama-server's host-RAM prompt
   // cache stays on at its default.

@@ -97,6 +97,19 @@ export interface EngineProfile {
   cacheCounters(metrics: Map<string, Sample[]>): CacheCounters | undefined;
   /** KV capacity as published on /metrics, if this family publishes it there. */
   capacityFromMetrics?(metrics: Map<string, Sample[]>): Capacity | undefined;
+  /**
+   * The samples of metric `name` that count, each figure once, for a family that publishes
+   * the same figure under several label sets (SGLang: a queue's total beside its per-priority
+   * split, and one series per tensor-parallel rank). Absent: every label set is a figure of
+   * its own (vLLM's data-parallel engines, one series each), and they add up.
+   */
+  distinct?(name: string, samples: readonly Sample[]): Sample[];
+  /**
+   * What the engine says on /metrics when its prefix cache is off (no request can hit it,
+   * whatever the router does): the evidence and the setting that turns it on. Undefined: on,
+   * or not said.
+   */
+  prefixCacheOff?(metrics: Map<string, Sample[]>): PrefixCacheOff | undefined;
   /** The metric whose change means a new process (its cache is gone). */
   startTimeMetric?: string;
   /** The response header whose change means a new process. */
@@ -134,8 +147,11 @@ export interface EngineProfile {
   matchedWhenScheduled?: boolean;
   /** The flag that turns /metrics on, when it is off by default. */
   metricsFlag?: string;
-  /** Endpoints that say the version: path and how to read it. */
-  version?: { path: string; read(body: unknown): string | undefined };
+  /**
+   * The endpoint that says the version (and what else the engine tells of itself): its path,
+   * the path older versions answer on when the first says 404 (`oldPath`), and how to read it.
+   */
+  version?: { path: string; oldPath?: string; read(body: unknown): string | undefined };
   /**
    * Where the engine answers a liveness check, when it has no `/health`: a replica without its
    * own `health_path` whose `/health` answers 404 is checked here once the engine is recognised.
@@ -156,8 +172,8 @@ export interface EngineProfile {
   keptPrompt?(error: unknown): boolean;
   /**
    * Is this 503 body (parsed) the engine turning the request away for load — its queue is
-   * full — before computing anything? Another replica can take it, and it is no verdict on
-   * the replica's health.
+   * full, or its admission control says so — before computing anything? Another replica can
+   * take it, and it is no verdict on the replica's health.
    */
   busy?(error: unknown): boolean;
   /**
@@ -172,6 +188,14 @@ export interface EngineProfile {
    * differently every turn, so its cache is not reused.
    */
   cutsLongPrompts?: { how: string; fix: string };
+}
+
+/** An engine's own word that its prefix cache is off. */
+export interface PrefixCacheOff {
+  /** What it published, as a person reads it. */
+  evidence: string;
+  /** The setting that turns it on. */
+  fix: string;
 }
 
 /** A model an engine holds in memory (Ollama /api/ps). */
@@ -191,10 +215,19 @@ export function errorMessage(body: unknown): string | undefined {
   return typeof message === "string" ? message : undefined;
 }
 
-/** Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one series each). */
-export function sum(metrics: Map<string, Sample[]>, name: string): number | undefined {
-  const samples = metrics.get(name);
-  if (!samples || samples.length === 0) return undefined;
+/** The samples of `name` that count, each figure once (`EngineProfile.distinct`); empty when absent. */
+export function samplesOf(metrics: Map<string, Sample[]>, name: string, profile?: Pick<EngineProfile, "distinct">): Sample[] {
+  const samples = metrics.get(name) ?? [];
+  return profile?.distinct && samples.length > 1 ? profile.distinct(name, samples) : samples;
+}
+
+/**
+ * Sum of a counter or gauge over its label sets (vLLM's data-parallel engines report one
+ * series each), each figure counted once for a family that repeats some (`profile.distinct`).
+ */
+export function sum(metrics: Map<string, Sample[]>, name: string, profile?: Pick<EngineProfile, "distinct">): number | undefined {
+  const samples = samplesOf(metrics, name, profile);
+  if (samples.length === 0) return undefined;
   let total = 0;
   for (const s of samples) total += s.value;
   return total;

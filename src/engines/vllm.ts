@@ -1,7 +1,7 @@
 /**
  * vLLM (V1 engine), as its own source says. Paths are in the vllm-project/vllm repository.
  */
-import { firstPresent, sum, type EngineProfile } from "./profile.ts";
+import { errorMessage, firstPresent, sum, type EngineProfile } from "./profile.ts";
 
 export const VLLM: EngineProfile = {
   family: "vllm",
@@ -37,29 +37,52 @@ export const VLLM: EngineProfile = {
     return undefined;
   },
   // vllm/v1/metrics/loggers.py log_metrics_info("cache_config", …): an Info gauge whose
-  // labels are CacheConfig's fields; the KV pool is num_gpu_blocks × block_size tokens per
-  // engine (data-parallel engines report one series each: their pools add up).
+  // labels are CacheConfig's fields as strings (vllm/config/cache.py CacheConfig.metrics_info:
+  // `str(value)`, so an unset field reads "None"), one series per data-parallel engine, whose
+  // pools add up. The pool is CacheConfig.kv_cache_size_tokens where the engine sets it:
+  // "Per-DP-engine KV cache capacity in tokens (group-aware). Uses group-aware capacity since
+  // num_gpu_blocks * block_size can be wrong for hybrid models where requests occupy multiple
+  // KV cache groups" (vllm/config/cache.py); older versions publish only that product.
   capacityFromMetrics(metrics) {
     const samples = metrics.get("vllm:cache_config_info");
     if (!samples || samples.length === 0) return undefined;
     let kvTokens = 0;
     let blockTokens: number | undefined;
+    const read = new Set<string>();
     for (const s of samples) {
-      const blocks = Number(s.labels.num_gpu_blocks);
-      const size = Number(s.labels.block_size);
-      if (!(blocks > 0) || !(size > 0)) return undefined;
-      kvTokens += blocks * size;
-      blockTokens = size;
+      const labels = s.labels;
+      const published = positive(labels.kv_cache_size_tokens);
+      const blocks = positive(labels.num_gpu_blocks);
+      const size = positive(labels.block_size);
+      if (published !== undefined) {
+        kvTokens += published;
+        read.add("kv_cache_size_tokens");
+      } else if (blocks !== undefined && size !== undefined) {
+        kvTokens += blocks * size;
+        read.add("num_gpu_blocks × block_size");
+      } else return undefined;
+      // CacheConfig.prefix_match_unit: "The finest token boundary (in tokens) a prefix-cache
+      // hit can land on" — finer than a hybrid model's physical block where it is set.
+      blockTokens = positive(labels.prefix_match_unit) ?? size ?? blockTokens;
     }
-    return { kvTokens, ...(blockTokens ? { blockTokens } : {}), source: "vllm:cache_config_info" };
+    return { kvTokens, ...(blockTokens ? { blockTokens } : {}), source: `vllm:cache_config_info ${[...read].join(" and ")}` };
+  },
+  // CacheConfig.enable_prefix_caching (vllm/config/cache.py, True by default;
+  // --no-enable-prefix-caching turns it off), published on the same Info gauge as "False".
+  prefixCacheOff(metrics) {
+    const off = metrics.get("vllm:cache_config_info")?.some((s) => s.labels.enable_prefix_caching === "False");
+    return off ? { evidence: 'vllm:cache_config_info enable_prefix_caching="False"', fix: "start vLLM without --no-enable-prefix-caching (on by default)" } : undefined;
   },
   // prometheus_client's process collector; absent when several API servers share a
   // multiprocess registry (vllm/entrypoints/openai/api_server.py, PROMETHEUS_MULTIPROC_DIR).
   startTimeMetric: "process_start_time_seconds",
   usage: {
-    // vllm/entrypoints/openai/chat_completion/serving.py: prompt_tokens_details is set only
-    // `if self.enable_prompt_tokens_details and num_cached_tokens` — off by default, and
-    // left out when it is 0 in the versions that test the count's truth.
+    // vllm/entrypoints/openai/chat_completion/serving.py _make_prompt_tokens_details: no
+    // prompt_tokens_details without --enable-prompt-tokens-details (off by default); with it,
+    // `cached_tokens` is written whenever num_cached_tokens is not None — a 0 is "nothing was
+    // cached", a report like any other. Older versions tested `if
+    // self.enable_prompt_tokens_details and num_cached_tokens`, leaving a 0 out: so once a
+    // replica has shown the field, a response with usage but without it still reads 0.
     cached: "flag",
     flag: "--enable-prompt-tokens-details",
     zeroOmitted: true,
@@ -89,7 +112,28 @@ export const VLLM: EngineProfile = {
   matchedWhenScheduled: true,
   // vllm/entrypoints/openai/api_server.py `show_version`: GET /version → {"version": "…"}.
   version: { path: "/version", read: (b) => stringField(b, "version") },
+  // Admission control (--max-num-queued-reqs, --max-num-queued-tokens; off by default):
+  // AsyncLLM.check_admission (vllm/v1/engine/async_llm.py) raises, before the request reaches
+  // the engine, vllm/exceptions.py QueueOverflowError ("The engine is currently busy and
+  // cannot accept new requests. Please try again later or on a different instance.") or
+  // MaxQueuedTokensError ("The engine has reached its prefill token backlog limit. …"), both
+  // GracefulHTTPError with HTTP 503 "so that load balancers and client SDKs retry the request
+  // on a different instance"; the server's VLLMError handler answers it as an ErrorResponse,
+  // `{"error": {"message", "type", "param", "code": 503}}`.
+  busy: (error) => {
+    const message = errorMessage(error);
+    return message !== undefined && VLLM_ADMISSION_REFUSALS.some((m) => message.startsWith(m));
+  },
 };
+
+/** The messages of vLLM's admission-control refusals (vllm/exceptions.py), up to their first sentence's end. */
+const VLLM_ADMISSION_REFUSALS = ["The engine is currently busy and cannot accept new requests.", "The engine has reached its prefill token backlog limit."];
+
+/** A label's value as a positive number, or undefined ("None", absent, 0, not a number). */
+function positive(label: string | undefined): number | undefined {
+  const n = Number(label);
+  return label !== undefined && label !== "" && n > 0 ? n : undefined;
+}
 
 export function stringField(body: unknown, key: string): string | undefined {
   const v = body && typeof body === "object" ? (body as Record<string, unknown>)[key] : undefined;

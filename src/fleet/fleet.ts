@@ -871,6 +871,7 @@ export class Fleet {
         metrics: found.facts.metrics.state === "ok" ? found.facts.metrics.path : found.facts.metrics.state,
       });
     }
+    if (found.facts.prefixCacheOff && !before?.prefixCacheOff) this.options.log.warn("replica's prefix cache is off: no request can hit it", { replica: replica.name, evidence: found.facts.prefixCacheOff.evidence, fix: found.facts.prefixCacheOff.fix });
     if (found.resident) this.takeResident(replica, look, { models: found.resident, ...(found.residentDate !== undefined ? { date: found.residentDate } : {}) });
     if (found.scrape) this.absorb(replica, found.scrape, found.startToken);
     else {

@@ -12,6 +12,15 @@
  * a link, a tiny shared prefix still matches (no "first N KiB" window); because long
  * segments are cut every `chunkChars`, a shared document inside one message matches too.
  * Seeding each link with the previous hash chains them without copying any text.
+ *
+ * A leading `tools` segment is hashed the same way but names no prefix of its own: no link
+ * ends after it. Chat templates do not render tools first — Qwen2.5/3 write them inside the
+ * system message after its text, Llama 3.1 into the first user message, Mistral 3 just
+ * before the last user message — so two prompts that share only their tools share no tokens
+ * beyond a template's opening markup, and a match on them would be false. The tools still
+ * change every token the template writes after them, so they seed every link (a namespace),
+ * and their characters still count in `ends` (positions in the prompt the shape lists).
+ * Chains of requests without tools are what they always were.
  */
 import type { Hasher } from "./hash.ts";
 import type { Segment } from "./shape.ts";
@@ -50,16 +59,21 @@ export function prefixChain(source: { tenant: string; model?: string; segments: 
   return prefixChains({ ...source, sequences: [source.segments] }, hasher, chunkChars)[0]!;
 }
 
+/** The head of a request's tool definitions (shape.ts puts them first). */
+const TOOLS = "tools\u001e";
+
 function chainOf(root: bigint, segments: readonly Segment[], hasher: Hasher, chunkChars: number): PrefixChain {
+  // Leading tools: part of every link's seed, never a link (see above).
+  const namespaced = segments[0]?.[0] === TOOLS ? 1 : 0;
   let links = 0;
-  for (const [, text] of segments) links += Math.max(1, Math.ceil(text.length / chunkChars));
+  for (const [, text] of segments.slice(namespaced)) links += Math.max(1, Math.ceil(text.length / chunkChars));
   const lo = new Uint32Array(links);
   const hi = new Uint32Array(links);
   const ends = new Uint32Array(links);
   let h = root;
   let end = 0;
   let i = 0;
-  for (const [head, text] of segments) {
+  for (const [s, [head, text]] of segments.entries()) {
     h = hasher.hash(head, h ^ SEGMENT);
     end += head.length;
     let offset = 0;
@@ -67,10 +81,12 @@ function chainOf(root: bigint, segments: readonly Segment[], hasher: Hasher, chu
       const chunk = offset === 0 && text.length <= chunkChars ? text : text.slice(offset, offset + chunkChars);
       h = hasher.hash(chunk, h);
       end += chunk.length;
-      lo[i] = Number(h & MASK32);
-      hi[i] = Number(h >> 32n);
-      ends[i] = end;
-      i++;
+      if (s >= namespaced) {
+        lo[i] = Number(h & MASK32);
+        hi[i] = Number(h >> 32n);
+        ends[i] = end;
+        i++;
+      }
       offset += chunkChars;
     } while (offset < text.length);
   }

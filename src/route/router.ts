@@ -138,6 +138,12 @@ export interface ReplicaTruth {
   capacity: CapacityEvidence;
   /** Tokens the index predicted cached on requests whose engine reported nothing, since the last window was read. */
   windowPredictedTokens: number;
+  /**
+   * What the last window left to the next (see `windowFeedback`): a short window's prediction
+   * and hits, judged with the next one; or hits beyond its prediction, whose requests the
+   * router saw end only after the read.
+   */
+  windowCarry: { predicted: number; hits: number };
   /** The engine has delivered a real hit at least once. */
   reported: boolean;
   /** Misses no eviction explains (the card had room): what an engine whose cache is off shows. */
@@ -399,17 +405,23 @@ export class Router {
       if (!since.capped) this.proveAtLeast(truth, sinceTokens + predicted);
       return "hit";
     }
-    const pressure = this.evictionPlausible(truth, predicted, sinceTokens, since, budgetTokens, estimate.slots);
+    const eviction = this.evictionPlausible(truth, predicted, sinceTokens, since, budgetTokens, estimate.slots);
     // Only a prompt carrying earlier turns can be rendered differently by a chat template; a
     // one-shot's prefix that fell short without pressure was evicted all the same (or its
     // engine restarted unseen): the KV believed is more than the card has.
-    if (!pressure && estimate.continuation) {
-      truth.templates++;
-      // Learn where this template ends the cache, to predict the next such turn's real hit.
+    if (eviction !== "likely" && estimate.continuation) {
+      // Where this template ends the cache, learnt to predict the next such turn's real hit.
       const kind = estimate.breaks && explainBreak(estimate.breaks, cachedTokens * cpt, Math.max(margin * cpt, 0.05 * cachedTokens * cpt));
-      if (kind) truth.template.counts[kind] = (truth.template.counts[kind] ?? 0) + 1;
-      return "template";
+      // On a card whose KV is unknown an eviction is only possible; a shortfall that ends just
+      // where the template would end it is the template (an LRU eviction cuts a prefix at no
+      // such place); read as an eviction, it would drop entries the card still holds.
+      if (eviction === "no" || kind) {
+        truth.templates++;
+        if (kind) truth.template.counts[kind] = (truth.template.counts[kind] ?? 0) + 1;
+        return "template";
+      }
     }
+    const pressure = eviction !== "no";
     // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
     truth.misses++;
     // A cache that is off looks like misses where nothing could have been evicted; misses on a
@@ -432,19 +444,27 @@ export class Router {
   }
 
   /**
-   * Could the card have evicted the prefix? Only if what it was sent since the prefix's last
-   * use (plus the prefix) fills most of its KV — or, unknown KV, if no hit has proven it holds
-   * that much; on a slotted engine, only if at least as many other conversations came since
-   * as it has slots (each takes the least recently used one).
+   * Could the card have evicted the prefix? `likely` if what it was sent since the prefix's
+   * last use (plus the prefix) fills most of its KV; `possible` if its KV is unknown and
+   * something came after it that no hit has proven it holds beside it; on a slotted engine,
+   * `no` unless at least as many other conversations came since as it has slots (each takes
+   * the least recently used one).
    */
-  private evictionPlausible(truth: ReplicaTruth, predicted: number, sinceTokens: number, since: { tips: number; capped: boolean }, budgetTokens: number, slots: number | undefined): boolean {
-    if (since.capped) return true;
-    if (slots !== undefined && since.tips < slots) return false;
+  private evictionPlausible(
+    truth: ReplicaTruth,
+    predicted: number,
+    sinceTokens: number,
+    since: { tips: number; capped: boolean },
+    budgetTokens: number,
+    slots: number | undefined,
+  ): "likely" | "possible" | "no" {
+    if (since.capped) return "likely";
+    if (slots !== undefined && since.tips < slots) return "no";
     const need = sinceTokens + predicted;
-    if (Number.isFinite(budgetTokens)) return need >= PRESSURE * budgetTokens;
+    if (Number.isFinite(budgetTokens)) return need >= PRESSURE * budgetTokens ? "likely" : "no";
     // Unknown KV: an LRU cache evicts a prefix only for what came after it (and not what a hit
     // has already shown it holds).
-    return sinceTokens > 0 && !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need);
+    return sinceTokens > 0 && !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need) ? "possible" : "no";
   }
 
   private proveAtLeast(truth: ReplicaTruth, tokens: number): void {
@@ -469,21 +489,40 @@ export class Router {
    * The engine's own cache counters over a window (hits and queries since the last read),
    * for a replica whose responses carry no cached tokens: compared with what the index
    * predicted cached for the requests answered in the window. Returns the window's verdict
-   * (undefined: too little predicted to judge). A window far short of the prediction on a
-   * card the index believes full bounds its capacity by what the index holds there.
+   * (undefined: too little predicted to judge, or judged with the next window). A window far
+   * short of the prediction on a card the index believes full bounds its capacity by what
+   * the index holds there.
+   *
+   * A prediction joins the window when the router sees its request end; the engine counts the
+   * hit when it counts it — vLLM when it schedules the prefill (its prefix_cache counters move
+   * with each step's scheduler stats), SGLang when the request finishes, just before or just
+   * after its last chunk leaves (tokenizer_manager.py). So a read can fall between a hit and
+   * its prediction either way: a short window is not a miss until the next one is short too,
+   * with both counted together, and hits beyond a window's prediction meet theirs in the next.
    */
   windowFeedback(replica: string, hits: number, heldTokens: number, budgetTokens: number, now: number): "hit" | "miss" | undefined {
     const truth = this.truthOf(replica);
-    const predicted = truth.windowPredictedTokens;
+    const carry = truth.windowCarry;
+    const predicted = carry.predicted + truth.windowPredictedTokens;
+    const found = carry.hits + hits;
     truth.windowPredictedTokens = 0;
-    if (predicted < JUDGE_TOKENS) return undefined;
+    truth.windowCarry = { predicted: 0, hits: 0 };
+    if (predicted < JUDGE_TOKENS) {
+      truth.windowCarry.hits = hits;
+      return undefined;
+    }
+    if (found < predicted * 0.8 && carry.predicted === 0) {
+      truth.windowCarry = { predicted, hits: found };
+      return undefined;
+    }
     truth.predictedTokens += predicted;
-    truth.deliveredTokens += Math.min(hits, predicted);
-    if (hits >= predicted * 0.8) {
+    truth.deliveredTokens += Math.min(found, predicted);
+    if (found >= predicted * 0.8) {
       truth.hits++;
       truth.reported = true;
       truth.distrusted = false;
-      this.proveAtLeast(truth, Math.min(heldTokens, hits));
+      this.proveAtLeast(truth, Math.min(heldTokens, found));
+      truth.windowCarry.hits = Math.max(0, Math.min(hits, found - predicted));
       return "hit";
     }
     truth.misses++;
@@ -525,6 +564,7 @@ export class Router {
         distrusted: false,
         capacity: {},
         windowPredictedTokens: 0,
+        windowCarry: { predicted: 0, hits: 0 },
       };
       this.truths.set(replica, t);
     }

@@ -24,7 +24,11 @@ export type TemplateBreak = (typeof TEMPLATE_BREAKS)[number];
 export interface BreakPoints {
   "before-last-user": number;
   "after-last-user": number;
-  /** Characters of a leading tools segment (the router puts tools first; some templates render them late). */
+  /**
+   * Characters of a leading tools segment: the shape lists tools first and the chain counts
+   * their characters before the first link (chain.ts: a namespace, never a prefix of their
+   * own), while some templates render them late (Mistral 3).
+   */
   toolsChars: number;
 }
 

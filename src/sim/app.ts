@@ -93,8 +93,6 @@ const CUT_FLUSH_MS = 20;
 
 /** A unified KV that overflowed under the running requests fails each (slots.ts ensureRoom; llama.cpp server-context.cpp update_slots). */
 const kvOverflow = () => new ApiError(500, "Context size has been exceeded.");
-/** Ollama's full scheduler queue (faults.ts queue_full_next; server/sched.go ErrMaxQueue). */
-const OLLAMA_QUEUE_FULL = "server busy, please try again.  maximum pending requests exceeded";
 
 /** Output llama.cpp's chat parser rejected (faults.ts unparsable_next; common/chat.cpp common_chat_peg_parse). */
 const unparsable = () => new ApiError(500, "The model produced output that does not match the expected peg-native format");
@@ -333,7 +331,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     if (failStatus !== undefined) {
       return refuse(new ApiError(failStatus, `sim ${options.name}: injected failure (fail_next)`), "faulted_total");
     }
-    if (profile.family === "ollama" && faults.takeQueueFull()) return refuse(new ApiError(503, OLLAMA_QUEUE_FULL), "faulted_total");
+    if (profile.queueFull && faults.takeQueueFull()) return refuse(profile.queueFull(), "faulted_total");
     const { parsed } = prepared;
     if (prepared.cut > 0) promptsCut++;
     residency?.use();
@@ -557,8 +555,8 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       if (!profile.streamError && isRecord(body) && "error_after_chunks" in body) {
         throw new ApiError(400, `error_after_chunks imitates the error event llama.cpp and vLLM end a failed stream with: this sim runs the ${options.engine} profile`, { param: "error_after_chunks" });
       }
-      if (profile.family !== "ollama" && isRecord(body) && "queue_full_next" in body) {
-        throw new ApiError(400, `queue_full_next imitates Ollama's scheduler queue: this sim runs the ${options.engine} profile`, { param: "queue_full_next" });
+      if (!profile.queueFull && isRecord(body) && "queue_full_next" in body) {
+        throw new ApiError(400, `queue_full_next imitates Ollama's scheduler queue and vLLM's admission control: this sim runs the ${options.engine} profile`, { param: "queue_full_next" });
       }
       faults.update(body);
       return json(faults.snapshot());

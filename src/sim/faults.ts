@@ -32,11 +32,15 @@
  *   `create_streaming_error_response` as a `data:` event, then `data: [DONE]`
  *   (chat_completion/serving.py chat_completion_stream_generator's `except`). K = 0: before
  *   any other event. Non-streaming requests do not consume it.
- * - `queue_full_next: N` — ollama profile: the next N generation requests are turned away as
- *   Ollama turns them away when its scheduler queue is full (`OLLAMA_MAX_QUEUE`, 512): HTTP 503
- *   "server busy, please try again.  maximum pending requests exceeded", nothing computed
- *   (server/sched.go `ErrMaxQueue`, server/routes.go `handleScheduleError`; on the OpenAI
- *   routes middleware/openai.go `BaseWriter.writeError` → openai/openai.go `NewError`).
+ * - `queue_full_next: N` — ollama and vllm profiles: the next N generation requests are turned
+ *   away before anything is computed, as the engine does when full (the profile's `queueFull`):
+ *   Ollama when its scheduler queue is full (`OLLAMA_MAX_QUEUE`, 512): HTTP 503 "server busy,
+ *   please try again.  maximum pending requests exceeded" (server/sched.go `ErrMaxQueue`,
+ *   server/routes.go `handleScheduleError`; on the OpenAI routes middleware/openai.go
+ *   `BaseWriter.writeError` → openai/openai.go `NewError`); vLLM when its admission control
+ *   (`--max-num-queued-reqs`) is at its limit: HTTP 503 "The engine is currently busy and
+ *   cannot accept new requests. …" (vllm/exceptions.py `QueueOverflowError`, raised by
+ *   vllm/v1/engine/async_llm.py `AsyncLLM.check_admission`).
  */
 import { ApiError } from "./_api-error.ts";
 import type { Clock } from "./clock.ts";
@@ -114,7 +118,7 @@ export class Faults {
     return k;
   }
 
-  /** Whether Ollama's scheduler queue turns this request away (consuming one `queue_full_next`). */
+  /** Whether the engine's full queue turns this request away (consuming one `queue_full_next`). */
   takeQueueFull(): boolean {
     if (this.queueFullNext <= 0) return false;
     this.queueFullNext--;

@@ -8,7 +8,9 @@ import { describe, expect, it } from "bun:test";
 import { discoverEngine, missingFacts, type EngineFacts } from "../../src/engines/discover.ts";
 import { detectFamily, PROFILES } from "../../src/engines/index.ts";
 import { parsePrometheus } from "../../src/engines/metrics.ts";
+import { renderEngineReport, reportEngine } from "../../src/engines/report.ts";
 import { reportedCachedTokens } from "../../src/engines/usage.ts";
+import { checkExposition } from "../helpers/exposition.ts";
 
 /** A fake engine: path → answer (status 404 when absent). */
 function engine(routes: Record<string, { body: string | object; headers?: Record<string, string>; status?: number }>) {
@@ -61,12 +63,75 @@ describe("discovery, per family", () => {
       "/version": { body: { version: "0.11.2" } },
     });
     const d = await discoverEngine({ url: "http://vllm", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
-    expect(d.facts).toMatchObject({ family: "vllm", version: "0.11.2", capacity: { kvTokens: 7664 * 16, blockTokens: 16, source: "vllm:cache_config_info" }, cacheCounters: true });
+    expect(d.facts).toMatchObject({ family: "vllm", version: "0.11.2", capacity: { kvTokens: 7664 * 16, blockTokens: 16, source: "vllm:cache_config_info num_gpu_blocks × block_size" }, cacheCounters: true });
     expect(d.startToken).toBe("process_start_time_seconds 1700000000");
     expect(d.cards?.map((c) => c.id)).toEqual(["m"]);
   });
 
-  it("SGLang without --enable-metrics: its KV from /get_server_info, and what is missing says which flag adds it", async () => {
+  it("vLLM on a hybrid model: the KV is kv_cache_size_tokens, not num_gpu_blocks × block_size; a hit lands on prefix_match_unit", async () => {
+    // Labels as CacheConfig.metrics_info writes them (str() of every field), one series per
+    // data-parallel engine; a hybrid model's 784-token blocks, and a group-aware pool smaller
+    // than their product.
+    const info = (engine: number) =>
+      `vllm:cache_config_info{block_size="784",cache_dtype="auto",enable_prefix_caching="True",engine="${engine}",gpu_memory_utilization="0.9",kv_cache_max_concurrency="2.21",kv_cache_size_tokens="145280",kv_offloading_backend="native",kv_offloading_size="None",num_cpu_blocks="None",num_gpu_blocks="320",prefix_match_unit="16"} 1.0`;
+    const text = [
+      "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+      "# TYPE vllm:cache_config_info gauge",
+      info(0),
+      info(1),
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+      "# TYPE vllm:num_requests_running gauge",
+      'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+      'vllm:num_requests_running{engine="1",model_name="m"} 0.0',
+      "",
+    ].join("\n");
+    expect(checkExposition(text)).toEqual([]);
+    const e = engine({ "/v1/models": { body: { data: [{ id: "m", owned_by: "vllm" }] } }, "/metrics": { body: text }, "/version": { body: { version: "0.29.0" } } });
+    const d = await discoverEngine({ url: "http://vllm", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
+    // Two engines of 145,280 tokens each; 320 × 784 would have said 250,880 each.
+    expect(d.facts.capacity).toEqual({ kvTokens: 2 * 145_280, blockTokens: 16, source: "vllm:cache_config_info kv_cache_size_tokens" });
+    expect(d.facts.prefixCacheOff).toBeUndefined();
+  });
+
+  it("vLLM before kv_cache_size_tokens (or with it unset, \"None\"): the product, and the source says so", () => {
+    const text = `vllm:cache_config_info{block_size="16",enable_prefix_caching="True",engine="0",kv_cache_size_tokens="None",num_gpu_blocks="7664",prefix_match_unit="None"} 1.0\n`;
+    expect(PROFILES.vllm.capacityFromMetrics!(parsePrometheus(text))).toEqual({ kvTokens: 7664 * 16, blockTokens: 16, source: "vllm:cache_config_info num_gpu_blocks × block_size" });
+  });
+
+  it("vLLM with prefix caching off: discovery, llmroute check and /status say no request can hit its cache", async () => {
+    const text = [
+      "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+      "# TYPE vllm:cache_config_info gauge",
+      'vllm:cache_config_info{block_size="16",enable_prefix_caching="False",engine="0",kv_cache_size_tokens="122624",num_gpu_blocks="7664"} 1.0',
+      "",
+    ].join("\n");
+    expect(checkExposition(text)).toEqual([]);
+    const e = engine({ "/v1/models": { body: { data: [{ id: "m", owned_by: "vllm" }] } }, "/metrics": { body: text }, "/health": { body: "" } });
+    const d = await discoverEngine({ url: "http://vllm", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
+    expect(d.facts.prefixCacheOff).toEqual({ evidence: 'vllm:cache_config_info enable_prefix_caching="False"', fix: "start vLLM without --no-enable-prefix-caching (on by default)" });
+    expect(missingFacts(d.facts, { kvTokens: 0 })[0]).toEqual({
+      what: 'prefix caching is off (vllm:cache_config_info enable_prefix_caching="False"): no request can hit this replica\'s cache, whatever the router does',
+      fix: "start vLLM without --no-enable-prefix-caching (on by default)",
+    });
+    const report = await reportEngine({ name: "gpu0", url: "http://vllm", headers: {}, metricsPath: "/metrics", kvTokens: 0, health: { path: "/health", own: false } }, e.fetch, 1000, false);
+    expect(renderEngineReport(report).join("\n")).toContain(
+      "  missing    prefix caching is off (vllm:cache_config_info enable_prefix_caching=\"False\"): no request can hit this replica's cache, whatever the router does\n             → start vLLM without --no-enable-prefix-caching (on by default)",
+    );
+  });
+
+  it("SGLang: /server_info first (/get_server_info is its deprecated alias); without --enable-metrics its KV and page size from there", async () => {
+    const e = engine({
+      "/v1/models": { body: { data: [{ id: "m", owned_by: "sglang" }] } },
+      "/server_info": { body: { version: "0.5.11", max_total_num_tokens: 250_000, page_size: 64 } },
+      "/get_server_info": { body: { version: "0.5.11", max_total_num_tokens: 250_000, page_size: 64 } },
+    });
+    const d = await discoverEngine({ url: "http://sglang", headers: {}, metricsPath: "/metrics" }, e.fetch, 1000);
+    expect(d.facts).toMatchObject({ family: "sglang", version: "0.5.11", capacity: { kvTokens: 250_000, blockTokens: 64, source: "/server_info" } });
+    expect(e.asked).toContain("/server_info");
+    expect(e.asked).not.toContain("/get_server_info");
+  });
+
+  it("SGLang before /server_info: its KV from /get_server_info, and what is missing says which flag adds it", async () => {
     const e = engine({
       "/v1/models": { body: { data: [{ id: "m", owned_by: "sglang" }] } },
       "/get_server_info": { body: { version: "0.5.4", max_total_num_tokens: 250_000 } },
@@ -151,7 +216,8 @@ describe("how each family schedules prefills (the hybrid prices a replica's queu
 describe("a response's cached tokens, as its engine means them", () => {
   const facts = (family: EngineFacts["family"]) => (family ? PROFILES[family] : undefined);
   it.each([
-    ["vLLM with the flag, a zero left out once the field was seen: 0", "vllm", "chat", { promptTokens: 100 }, true, 0],
+    ["vLLM with the flag writes a 0 (_make_prompt_tokens_details): nothing cached, from the first response on", "vllm", "chat", { promptTokens: 100, cachedTokens: 0 }, false, 0],
+    ["vLLM with the flag, a zero left out once the field was seen (older versions): 0", "vllm", "chat", { promptTokens: 100 }, true, 0],
     ["vLLM before any response carried the field: unknown", "vllm", "chat", { promptTokens: 100 }, false, undefined],
     ["SGLang with --enable-cache-report omits a zero: 0 once seen", "sglang", "chat", { promptTokens: 100 }, true, 0],
     ["llama.cpp always reports: what it says", "llamacpp", "chat", { promptTokens: 100, cachedTokens: 60 }, true, 60],

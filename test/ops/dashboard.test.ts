@@ -136,7 +136,7 @@ describe("/dashboard", () => {
         replica: "gpu0",
         kind: "kv_tokens",
         line: "kv_tokens 24,576 is more than the engine's own 4,096",
-        details: "The engine publishes 4,096 tokens of KV (vllm:cache_config_info); the router assumes 4,096. Set this replica's kv_tokens in router.toml at or below it and the warning goes.",
+        details: "The engine publishes 4,096 tokens of KV (vllm:cache_config_info kv_cache_size_tokens); the router assumes 4,096. Set this replica's kv_tokens in router.toml at or below it and the warning goes.",
       },
       {
         id: "gpu1/health",
@@ -149,7 +149,7 @@ describe("/dashboard", () => {
     // The text form is unchanged for `llmroute status` and scripts: one warning per finding, same order.
     expect(d.warnings.map((w) => w.split(": ")[0])).toEqual(["gpu0", "gpu0", "gpu1"]);
     expect(d.warnings[0]).toStartWith("gpu0: reported no cached tokens on 9 requests the index expected cached: its prefix cache may be off");
-    expect(d.warnings[1]).toBe("gpu0: kv_tokens 24,576 is more than the engine's own 4,096 (vllm:cache_config_info); the router assumes 4,096");
+    expect(d.warnings[1]).toBe("gpu0: kv_tokens 24,576 is more than the engine's own 4,096 (vllm:cache_config_info kv_cache_size_tokens); the router assumes 4,096");
     expect(d.warnings[2]).toBe(`gpu1: ${d.findings[2]!.line}`);
     // /status carries the same structure.
     const s = await status();

@@ -192,9 +192,32 @@ describe("the KV believed: a starting figure bounded by the evidence", () => {
     expect(r.truthOf("gpu0").windowPredictedTokens).toBe(0);
     const third = send(r, oneShot("doc"), replicas, 4)!;
     r.feedback("gpu0", third.estimate, undefined, 4);
-    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 5)).toBe("miss");
+    // Short: judged with the next window, which brings nothing either: a miss.
+    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 5)).toBeUndefined();
+    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 6)).toBe("miss");
     expect(r.truthOf("gpu0").capacity.upperTokens).toBe(9_000);
     expect(chainChars(oneShot("doc").chains[0]!)).toBeGreaterThan(0);
+  });
+
+  it("a window read between a hit and its prediction is no miss, whichever came first", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1, [{ budgetChars: 40_000 }]);
+    send(r, oneShot("doc"), replicas, 1);
+    const again = send(r, oneShot("doc"), replicas, 2)!;
+    const predicted = again.estimate.capturedChars / 4;
+    // SGLang counts a request's cached tokens when it finishes (tokenizer_manager.py
+    // collect_metrics), which can come after the router saw its last chunk: the prediction is
+    // in this window, the hit in the next.
+    r.feedback("gpu0", again.estimate, undefined, 2);
+    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 3)).toBeUndefined();
+    expect(r.windowFeedback("gpu0", predicted, 9_000, 10_000, 4)).toBe("hit");
+    // vLLM counts the hit when it schedules the prefill, long before the answer ends: the hit
+    // is in this window, the prediction in the next.
+    const third = send(r, oneShot("doc"), replicas, 5)!;
+    expect(r.windowFeedback("gpu0", predicted, 9_000, 10_000, 6)).toBeUndefined();
+    r.feedback("gpu0", third.estimate, undefined, 7);
+    expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 8)).toBe("hit");
+    expect(r.truthOf("gpu0")).toMatchObject({ hits: 2, misses: 0 });
   });
 });
 
@@ -264,5 +287,32 @@ describe("where a template ends the cache is learnt, and predicted", () => {
       messages.push({ role: "assistant", content: words(1_500, `answer ${turn}`) });
     }
     expect(verdicts).toEqual(["template", "template", "hit", "hit"]);
+  });
+
+  it("on a card whose KV is unknown, the turns before the break is learnt drop nothing: the shortfall ends where the template ends it", () => {
+    const r = router("hybrid");
+    // No kv_tokens, nothing published: an eviction is possible whenever anything came between.
+    const replicas = fleet(1);
+    const tools = [{ type: "function", function: { name: "search", description: words(3_000, "searches"), parameters: {} } }];
+    const conversations = ["a", "b"].map((label) => [{ role: "system", content: words(2_000, `${label} sys`) }]);
+    const verdicts: string[] = [];
+    let t = 0;
+    for (let turn = 1; turn <= 4; turn++) {
+      // two conversations take turns: the other one's turn came between each turn and its next
+      for (const [c, messages] of conversations.entries()) {
+        messages.push({ role: "user", content: words(1_500, `${c} question ${turn}`) });
+        const req = chat(messages, { tools });
+        const sent = send(r, req, replicas, ++t)!;
+        // conversation b's first turn shares only the tools with a: nothing to predict
+        if (turn === 1) expect(sent.estimate.capturedChars).toBe(0);
+        else {
+          const toolsChars = req.shape.sequences[0]![0]![0].length + req.shape.sequences[0]![0]![1].length;
+          verdicts.push(r.feedback("gpu0", sent.estimate, Math.floor((charsTo(req, "user", "start", turn - 1) - toolsChars) / 4), t)!);
+        }
+        messages.push({ role: "assistant", content: words(1_500, `answer ${turn}`) });
+      }
+    }
+    expect(verdicts).toEqual(["template", "template", "hit", "hit", "hit", "hit"]);
+    expect(r.truthOf("gpu0")).toMatchObject({ misses: 0, corrected: 0 });
   });
 });

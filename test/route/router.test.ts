@@ -195,3 +195,18 @@ describe("a commit taken back (the replica computed nothing)", () => {
     expect(r.index.match(req.chains[0]!, "gpu0").depth).toBe(sharedLinks);
   });
 });
+
+describe("tools are no shared prefix", () => {
+  it("a second conversation with the same tools and its own system prompt is spread, not sent where the first one's tools are", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const tools = [{ type: "function", function: { name: "search", description: words(20_000, "searches"), parameters: {} } }];
+    const first = (label: string) => chat([{ role: "system", content: words(400, `${label} system`) }, { role: "user", content: `${label} question` }], { tools });
+    const a = send(r, first("a"), replicas, 1)!;
+    const b = send(r, first("b"), replicas, 2)!;
+    // No template renders the tools first (Qwen: after the system text; Mistral 3: before the
+    // last user message): the two prompts share no tokens, so nothing is captured anywhere.
+    expect(b.estimate).toMatchObject({ availableChars: 0, capturedChars: 0 });
+    expect(choice(b)).toEqual({ replica: a.replica === "gpu0" ? "gpu1" : "gpu0", reason: "spread" });
+  });
+});

@@ -78,10 +78,10 @@ describe("feedback from cached_tokens", () => {
     for (const d of [0, 1, 2, 3, 0]) await ask(d);
     const status = (await (await fetch(`${router.url}/status`)).json()) as StatusDocument;
     const r = status.replicas[0]!;
-    // the tiny profile's pool: 256 blocks of 16 tokens, from vllm:cache_config_info
-    expect(r.kv).toMatchObject({ configured: 24_576, published: { tokens: 4_096, from: "vllm:cache_config_info" }, believed: 4_096 });
+    // the tiny profile's pool: 256 blocks of 16 tokens, from vllm:cache_config_info's kv_cache_size_tokens
+    expect(r.kv).toMatchObject({ configured: 24_576, published: { tokens: 4_096, from: "vllm:cache_config_info kv_cache_size_tokens" }, believed: 4_096 });
     expect(r.hit.predictions.miss).toBe(0);
-    expect(status.warnings.join("\n")).toMatch(/gpu0: kv_tokens 24,576 is more than the engine's own 4,096 \(vllm:cache_config_info\); the router assumes 4,096/);
+    expect(status.warnings.join("\n")).toMatch(/gpu0: kv_tokens 24,576 is more than the engine's own 4,096 \(vllm:cache_config_info kv_cache_size_tokens\); the router assumes 4,096/);
   });
 
   it("an engine with prefix caching off is not believed after eight misses, and /status says why", async () => {

@@ -460,12 +460,28 @@ describe("fault knobs", () => {
     expect(next.usage.completion_tokens).toBe(3);
   });
 
+  it("queue_full_next (vllm): the next request gets vLLM's admission-control 503, nothing computed; the one after is served", async () => {
+    const s = await sim({ ...SMALL, engine: "vllm-details" });
+    await faults(s, { queue_full_next: 1 });
+    const body = JSON.stringify({ model: "sim-model", messages: [{ role: "user", content: words(300, "admission") }], max_tokens: 2 });
+    const chat = () => fetch(`${s.url}/v1/chat/completions`, { method: "POST", body });
+    const busy = await chat();
+    expect(busy.status).toBe(503);
+    // vllm/exceptions.py QueueOverflowError, answered as an ErrorResponse
+    expect(await busy.json()).toEqual({
+      error: { message: "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance.", type: "Service Unavailable", param: null, code: 503 },
+    });
+    const served = await chat();
+    expect(served.status).toBe(200);
+    expect(Number(/cached=(\d+)/.exec(served.headers.get("x-sim-prefix")!)![1])).toBe(0);
+  });
+
   it("rejects unknown or malformed fault settings with 400", async () => {
-    const s = await sim(SMALL);
+    const s = await sim({ ...SMALL, engine: "sglang" });
     expect((await faults(s, { fail_nxt: 1 })).status).toBe(400);
     expect((await faults(s, { fail_status: 200 })).status).toBe(400);
     expect((await faults(s, { stall_ms: -5 })).status).toBe(400);
-    // llama.cpp's parser fault and Ollama's queue, on a profile that is neither
+    // llama.cpp's parser fault, and a full queue (Ollama's, vLLM's admission control), on a profile that has neither
     expect((await faults(s, { unparsable_next: 1 })).status).toBe(400);
     expect((await faults(s, { queue_full_next: 1 })).status).toBe(400);
     // an engine error event mid-stream, on a profile (SGLang's) the sim does not end streams so for

@@ -72,7 +72,10 @@ describe("vllm (no --enable-prompt-tokens-details)", () => {
     const started = metric(text, "process_start_time_seconds");
     expect(started).toBeGreaterThanOrEqual(Math.floor(before));
     expect(started).toBeLessThanOrEqual(Date.now() / 1000);
-    expect(text).toContain('vllm:cache_config_info{block_size="32",enable_prefix_caching="True",engine="0",num_gpu_blocks="128"} 1.0');
+    // CacheConfig's fields, the group-aware pool among them (one KV cache group: 128 × 32)
+    expect(text).toContain(
+      'vllm:cache_config_info{block_size="32",enable_prefix_caching="True",num_gpu_blocks="128",kv_cache_size_tokens="4096",kv_cache_max_concurrency="1.0",kv_offloading_size="None",kv_offloading_backend="native",engine="0"} 1.0',
+    );
     const health = await fetch(`${s.url}/health`);
     expect([health.status, await health.text()]).toEqual([200, ""]);
     expect(await rejection(openai(s).chat.completions.create({ ...chatBody("x"), model: "other" } as OpenAI.ChatCompletionCreateParamsNonStreaming))).toMatchObject({
@@ -143,11 +146,14 @@ describe("sglang (--enable-cache-report --enable-metrics)", () => {
     expect(metric(afterCold, "sglang:cache_hit_rate")).toBe(0);
     await client.completions.create({ model: "sim-model", prompt, max_tokens: 2 });
     const text = await scrape(s);
-    const labels = '{engine_type="unified",model_name="sim-model",pp_rank="0",tp_rank="0"}';
+    const labels = '{engine_type="unified",model_name="sim-model",moe_ep_rank="0",pp_rank="0",tp_rank="0"}';
     expect(text).toContain(`sglang:max_total_num_tokens${labels} 4096.0`);
+    expect(text).toContain(`sglang:page_size${labels} 16.0`);
+    expect(text).toContain(`sglang:num_pages${labels} 256.0`);
     expect(text).toContain(`sglang:num_running_reqs${labels} 0.0`);
     expect(metric(text, 'sglang:prompt_tokens_total{model_name="sim-model"}')).toBe(1_600);
-    expect(metric(text, 'sglang:cached_tokens_total{model_name="sim-model"}')).toBe(784);
+    // by cache tier, "device" (the GPU's radix cache) the only one the sim has
+    expect(metric(text, 'sglang:cached_tokens_total{model_name="sim-model",cache_source="device"}')).toBe(784);
     expect(metric(text, "sglang:cache_hit_rate")).toBeCloseTo(784 / 800, 9);
     expect(metric(text, 'sglang:time_to_first_token_seconds_bucket{model_name="sim-model",le="400.0"}')).toBe(2);
     expect(text).not.toContain("process_start_time_seconds");

@@ -159,6 +159,10 @@ export const ollamaProfile: EngineProfile = {
     return new ApiError(400, `the sim does not cut a prompt further than whole messages: prompt of ${promptTokens} tokens exceeds the context (${limit} tokens)`);
   },
   notFound: (headers) => ollamaNotFound(headers),
+  // server/sched.go Scheduler.getRunner: a full queue (OLLAMA_MAX_QUEUE, 512) is ErrMaxQueue,
+  // which server/routes.go handleScheduleError answers 503 (on the OpenAI routes through
+  // middleware/openai.go BaseWriter.writeError → openai/openai.go NewError).
+  queueFull: () => new ApiError(503, "server busy, please try again.  maximum pending requests exceeded"),
   errorResponse(e, headers) {
     const type = e.status === 400 ? "invalid_request_error" : e.status === 404 ? "not_found_error" : "api_error";
     return Response.json({ error: { message: e.message, type, param: null, code: null } }, { status: e.status, headers });

@@ -22,10 +22,15 @@
  *   `DEFAULT_MODEL_NAME`).
  * - errors: protocol.py `ErrorResponse{object: "error", message, type, param, code}` at the top
  *   level; too long: managers/tokenizer_manager.py `_validate_one_request`.
- * - /metrics (`--enable-metrics`): metrics/collector.py `SchedulerMetricsCollector` (labels
- *   `model_name, engine_type, tp_rank, pp_rank` from managers/scheduler_metrics_mixin.py
- *   `init_metrics`) and `TokenizerMetricsCollector` (label `model_name`). `cache_hit_rate` is
- *   set in `log_prefill_stats` to hit / (hit + new) tokens of the LAST prefill batch, and to 0
+ * - /metrics (`--enable-metrics`): observability/metrics_collector.py (formerly
+ *   metrics/collector.py) `SchedulerMetricsCollector` (labels `model_name, engine_type, tp_rank,
+ *   pp_rank, moe_ep_rank` from `init_new`; the constants `max_total_num_tokens`, `page_size`,
+ *   `num_pages` from `emit_constants`) and `TokenizerMetricsCollector` (label `model_name`;
+ *   `cached_tokens_total` also by `cache_source`, "device" for the GPU's radix cache: the sim
+ *   has no host or storage tier; both counters move when a request finishes,
+ *   `observe_one_finished_request`). One scheduler, no priority scheduling: each figure is
+ *   written once (the series priority scheduling and every-rank metrics repeat are not
+ *   imitated). `cache_hit_rate` is set in `log_prefill_stats` to hit / (hit + new) tokens of the LAST prefill batch, and to 0
  *   by `log_decode_stats` (every `--decode-log-interval` = 40 decode steps). No
  *   `process_start_time_seconds`: the registry is multiprocess.
  * - KV: a radix tree with page_size 1 (token-granular hits). The sim caches in blocks of
@@ -210,8 +215,9 @@ export const sglangProfile: EngineProfile = {
       );
     }
     if (path === "/get_model_info") return Response.json({ model_path: replica.model, tokenizer_path: replica.model, is_generation: true }, { headers });
-    if (path === "/get_server_info") {
-      // http_server.py `get_server_info`: the server args merged with the scheduler's info.
+    if (path === "/server_info" || path === "/get_server_info") {
+      // http_server.py `server_info`: the server args merged with the scheduler's info and the
+      // version; `/get_server_info` is its deprecated alias (it logs a warning and answers the same).
       const kv = replica.engine.kv();
       return Response.json(
         {
@@ -240,7 +246,7 @@ function sglangMetrics(replica: ReplicaView): string {
   const { engine, counters } = replica;
   engine.sync();
   const model = escapeLabel(replica.model);
-  const scheduler = `{engine_type="unified",model_name="${model}",pp_rank="0",tp_rank="0"}`;
+  const scheduler = `{engine_type="unified",model_name="${model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`;
   const tokenizer = `model_name="${model}"`;
   const kv = engine.kv();
   const B = engine.options.blockTokens;
@@ -253,9 +259,11 @@ function sglangMetrics(replica: ReplicaView): string {
     .metric("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", [[scheduler, engine.waitingCount]])
     .metric("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", [[scheduler, hitRate]])
     .metric("sglang:max_total_num_tokens", "gauge", "Maximum total number of tokens in the KV cache pool.", [[scheduler, kv.totalBlocks * B]])
+    .metric("sglang:page_size", "gauge", "KV cache page size in tokens.", [[scheduler, B]])
+    .metric("sglang:num_pages", "gauge", "Number of KV cache pages.", [[scheduler, kv.totalBlocks]])
     .metric("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [[`{${tokenizer}}`, counters.finishedPromptTokens]])
     .metric("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", [[`{${tokenizer}}`, counters.finishedCompletionTokens]])
-    .metric("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", [[`{${tokenizer}}`, counters.finishedCachedTokens]])
+    .metric("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens by source (device/host/storage).", [[`{${tokenizer},cache_source="device"}`, counters.finishedCachedTokens]])
     .metric("sglang:num_requests_total", "counter", "Number of requests processed.", [[`{${tokenizer}}`, counters.finishedRequests]])
     .metric("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", [[`{${tokenizer}}`, counters.abortedRequests]])
     .histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", tokenizer, engine.ttft, SGLANG_TTFT_BUCKETS)

@@ -129,6 +129,12 @@ export interface EngineProfile {
   readonly cutsChatToContext?: boolean;
   /** An error in this engine's JSON (OpenAI-shaped endpoints). */
   errorResponse(error: ApiError, headers: Record<string, string>): Response;
+  /**
+   * The answer when the engine's queue (Ollama's scheduler) or its admission control (vLLM's
+   * --max-num-queued-reqs) turns a request away before computing anything (fault
+   * `queue_full_next`); undefined: this engine has no such refusal in the sim.
+   */
+  queueFull?(): ApiError;
   /** The frames that end a stream whose request failed in the engine; undefined: the connection drops. */
   streamError?(error: ApiError): string[];
   jsonBody(ctx: FormatContext, result: SequenceResult): unknown;

@@ -26,7 +26,9 @@
  *   unknown model is 404 "The model `x` does not exist." (engine/serving.py `_check_model`).
  * - /health: 200 with an empty body (serve/instrumentator/health.py).
  * - /metrics: vllm/v1/metrics/loggers.py `PrometheusStatLogger` (labels `model_name`,
- *   `engine`); `vllm:cache_config_info` carries `block_size` and `num_gpu_blocks`; a single
+ *   `engine`); `vllm:cache_config_info` carries CacheConfig's fields (vllm/config/cache.py
+ *   `metrics_info`): `block_size`, `num_gpu_blocks`, `enable_prefix_caching`, the group-aware
+ *   `kv_cache_size_tokens` and `kv_cache_max_concurrency`, the offloading settings; a single
  *   API server process also exports prometheus_client's `process_start_time_seconds` (absent
  *   with several API servers, whose registry is multiprocess: REFERENCE.md).
  */
@@ -178,6 +180,14 @@ export function vllmProfile(details: boolean): EngineProfile {
       `data: {"error": {"message": ${JSON.stringify(e.message)}, "type": "InternalServerError", "param": null, "code": ${e.status}}}\n\n`,
       SSE_DONE,
     ],
+    // Admission control (--max-num-queued-reqs; off by default): vllm/v1/engine/async_llm.py
+    // AsyncLLM.check_admission raises vllm/exceptions.py QueueOverflowError, a GracefulHTTPError
+    // with HTTP 503, before the request reaches the engine; the VLLMError handler answers it as
+    // an ErrorResponse. Its `type` here is the status' phrase, as the server's
+    // create_error_response writes a GracefulHTTPError's (vLLM-derived code read; the router
+    // reads the message only).
+    queueFull: () =>
+      new ApiError(503, "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance.", { type: "Service Unavailable" }),
     // FastAPI's default for a path no route matches.
     notFound: (headers) => Response.json({ detail: "Not Found" }, { status: 404, headers }),
     errorResponse: (e, headers) =>
@@ -238,11 +248,24 @@ function vllmMetrics(replica: ReplicaView): string {
     (["stop", "length", "abort"] as const).map((reason) => [`{${labels},finished_reason="${reason}"}`, engine.finished[reason]]),
   );
   out.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels, engine.ttft, VLLM_TTFT_BUCKETS);
+  // CacheConfig.metrics_info: str() of every field (a few here), in field order, then
+  // `engine`. kv_cache_size_tokens is the group-aware pool (vllm/config/cache.py): on a model
+  // with one KV cache group, as the sim's, num_gpu_blocks × block_size; kv_cache_max_concurrency
+  // is that pool over max_model_len.
+  const poolTokens = kv.totalBlocks * engine.options.blockTokens;
+  const info = {
+    block_size: engine.options.blockTokens,
+    enable_prefix_caching: engine.options.prefixCache ? "True" : "False",
+    num_gpu_blocks: kv.totalBlocks,
+    kv_cache_size_tokens: poolTokens,
+    // a Python float's str()
+    kv_cache_max_concurrency: Number.isInteger(poolTokens / replica.contextLimit) ? (poolTokens / replica.contextLimit).toFixed(1) : poolTokens / replica.contextLimit,
+    kv_offloading_size: "None",
+    kv_offloading_backend: "native",
+    engine: "0",
+  };
   out.metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", [
-    [
-      `{block_size="${engine.options.blockTokens}",enable_prefix_caching="${engine.options.prefixCache ? "True" : "False"}",engine="0",num_gpu_blocks="${kv.totalBlocks}"}`,
-      1,
-    ],
+    [`{${Object.entries(info).map(([k, v]) => `${k}="${v}"`).join(",")}}`, 1],
   ]);
   return out.text();
 }
