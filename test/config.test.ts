@@ -137,6 +137,34 @@ describe("every error names file:line:column of the value, the key, the value an
     expect(found[0]).toMatchObject({ line: 6, column: 8, key: "replica[1].name", value: "gpu0", reason: "duplicate name (also replica[0])" });
   });
 
+  it.each([
+    ["the /v1 form of the same URL", "http://127.0.0.1:8001", "http://127.0.0.1:8001/v1"],
+    ["a trailing slash", "http://127.0.0.1:8001", "http://127.0.0.1:8001/"],
+    ["another case of the host", "http://localhost:8001", "http://LOCALHOST:8001"],
+    ["the default port written out", "http://gpu", "http://gpu:80"],
+    ["credentials added", "http://127.0.0.1:8001", "http://u:p@127.0.0.1:8001"],
+  ])("one engine listed twice (%s) is an error naming both entries, file and line", (_name, first, second) => {
+    const found = issues(`[[replica]]\nname = "gpu0"\nurl = "${first}"\n\n[[replica]]\nname = "gpu1"\nurl = "${second}"\n`);
+    expect(found).toHaveLength(1);
+    expect(found[0]).toMatchObject({ file: "r.toml", line: 7, column: 7, key: "replica[1].url" });
+    expect(found[0]!.reason).toBe('reaches the same engine as replica[0] ("gpu0", line 3): two entries for one engine double its share of the traffic and split its cache; list it once');
+    expect(JSON.stringify(found[0])).not.toContain(":p@");
+  });
+
+  it("two engines on one host (other ports, or other path prefixes behind a gateway) are two engines", () => {
+    for (const [a, b] of [["http://h:8001", "http://h:8002"], ["https://gw/team-a/v1", "https://gw/team-b/v1"], ["http://h:8001", "https://h:8001"]]) {
+      expect(parseConfig(`[[replica]]\nname = "a"\nurl = "${a}"\n[[replica]]\nname = "b"\nurl = "${b}"\n`, "r.toml", { env: {} }).replicas).toHaveLength(2);
+    }
+  });
+
+  it.each([
+    ["http://127.0.0.1:70000", "port 70000 is out of range: a port is 1–65535"],
+    ["http://[::1]:99999/v1", "port 99999 is out of range: a port is 1–65535"],
+    ["http://u:p@gpu:0", "port 0 is out of range: a port is 1–65535"],
+  ])("a replica URL %s: the port is named as the problem", (url, reason) => {
+    expect(issues(`[[replica]]\nname = "a"\nurl = "${url}"\n`)[0]).toMatchObject({ key: "replica[0].url", line: 3, reason });
+  });
+
   it("a missing env var for a key is an error, and a literal secret is never echoed", () => {
     expect(issues(`${MIN}api_key = "env:NOPE"\n`)[0]).toMatchObject({ line: 4, column: 11, key: "replica[0].api_key", value: "env:NOPE", reason: expect.stringMatching(/NOPE is not set/) });
     expect(issues(`[server]\napi_keys = "hunter2"\n${MIN}`)[0]!.value).toBe("<redacted>");
@@ -176,6 +204,9 @@ describe("bounds: durations and sizes a running router can live with", () => {
     ["routing.capacity_window 0s", `[routing]\ncapacity_window = "0s"\n`, { key: "routing.capacity_window", reason: /at least 1s/ }],
     ["a duration no timer can hold", `[routing]\nfirst_byte_timeout = "1000h"\n`, { key: "routing.first_byte_timeout", reason: /at most 596h/ }],
     ["server.drain_timeout over the timer limit", `[server]\ndrain_timeout = "700h"\n`, { key: "server.drain_timeout", reason: /at most 596h/ }],
+    ["routing.index_ttl negative", `[routing]\nindex_ttl = "-5s"\n`, { key: "routing.index_ttl", value: "-5s", line: 2, column: 13, reason: /^must be positive: a duration like "10s" \(at least 1s\)$/ }],
+    ["routing.first_byte_timeout negative", `[routing]\nfirst_byte_timeout = "-1m"\n`, { key: "routing.first_byte_timeout", reason: /^must be positive/ }],
+    ["server.drain_timeout negative (0 is allowed)", `[server]\ndrain_timeout = "-30s"\n`, { key: "server.drain_timeout", reason: /^must not be negative/ }],
   ])("%s", (_name, text, expected) => {
     const found = issues(`${text}${MIN}`);
     expect(found).toHaveLength(1);
