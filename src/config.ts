@@ -674,6 +674,45 @@ export function formatMs(n: number): string {
   return n % 3_600_000 === 0 && n > 0 ? `${n / 3_600_000}h` : n % 60_000 === 0 && n > 0 ? `${n / 60_000}m` : n % 1000 === 0 && n > 0 ? `${n / 1000}s` : `${n}ms`;
 }
 
+/** Keys a reload cannot apply: they keep their old values until a restart. */
+export function needsRestart(key: string): boolean {
+  return key === "server.listen" || key === "server.admin_listen" || key === "server.log_format" || key === "cluster" || key.startsWith("cluster.");
+}
+
+/**
+ * What differs between two configs, by the keys a user writes in router.toml: dotted full
+ * names (`routing.first_byte_timeout`, `routing.cache_aware.balance_abs`), replicas by name
+ * (`replica[gpu1].url`; a replica added or removed is `replica[gpu2]`). Values are not
+ * named: a key may be a secret.
+ */
+export function changedKeys(before: Config, after: Config): string[] {
+  const changed: string[] = [];
+  // The Config's own unit suffixes (first_byte_timeout_ms, max_body_bytes) are not the file's.
+  const fileKey = (k: string) => k.replace(/_(ms|bytes)$/, "");
+  const walk = (path: string, a: unknown, b: unknown): void => {
+    const table = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+    if (table(a) && table(b) && !("host" in a && "port" in a)) {
+      for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) walk(`${path}.${fileKey(k)}`, a[k], b[k]);
+    } else if (JSON.stringify(a) !== JSON.stringify(b)) {
+      changed.push(path);
+    }
+  };
+  for (const section of ["server", "routing", "health", "cluster"] as const) {
+    const a = before[section];
+    const b = after[section];
+    if ((a === undefined) !== (b === undefined)) changed.push(section);
+    else walk(section, a, b);
+  }
+  const named = (c: Config) => new Map(c.replicas.map((r) => [r.name, r]));
+  const [a, b] = [named(before), named(after)];
+  for (const name of new Set([...a.keys(), ...b.keys()])) {
+    const [x, y] = [a.get(name), b.get(name)];
+    if (!x || !y) changed.push(`replica[${name}]`);
+    else walk(`replica[${name}]`, { ...x, name: undefined }, { ...y, name: undefined });
+  }
+  return changed;
+}
+
 /** The resolved config as TOML-ish text for `llmroute check`, with secrets masked. */
 export function describeConfig(config: Config): string {
   const listen = (l: Listen) => `${l.host.includes(":") ? `[${l.host}]` : l.host}:${l.port}`;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULTS, KNOWN, loadConfigFile, parseConfig, type Config } from "../src/config.ts";
+import { changedKeys, DEFAULTS, KNOWN, loadConfigFile, needsRestart, parseConfig, type Config } from "../src/config.ts";
 import { ConfigError, formatIssue } from "../src/errors.ts";
 import { POLICY_NAMES } from "../src/route/options.ts";
 import { runCli } from "./helpers/proc.ts";
@@ -371,5 +371,30 @@ describe("docs/configuration.md against the config schema", async () => {
       if (cell !== `\`${toml(value)}\``) wrong.push(`${key}: the page says ${cell}, the schema ${toml(value)}`);
     }
     expect(wrong).toEqual([]);
+  });
+});
+
+describe("changedKeys: what a reload changed, by the keys of the file", () => {
+  const base = `[server]\nlisten = "127.0.0.1:8080"\n[routing]\nfirst_byte_timeout = "10m"\n[[replica]]\nname = "gpu0"\nurl = "http://h:1"\n[[replica]]\nname = "gpu1"\nurl = "http://h:2"\napi_key = "sk-a"\n`;
+  const config = (text: string) => parseConfig(text, "r.toml", { env: {} });
+  it.each([
+    ["nothing", base, []],
+    ["a deadline", base.replace(`"10m"`, `"2m"`), ["routing.first_byte_timeout"]],
+    ["a replica's URL and key (by name, never the value)", base.replace("http://h:2", "http://h:3").replace("sk-a", "sk-b"), ["replica[gpu1].url", "replica[gpu1].api_key"]],
+    ["a nested table and a size", base.replace(`listen = "127.0.0.1:8080"\n`, `listen = "127.0.0.1:8080"\nmax_body = "1MiB"\n`).replace(`first_byte_timeout = "10m"\n`, `first_byte_timeout = "10m"\ncache_aware = { balance_abs = 7 }\n`), ["server.max_body", "routing.cache_aware.balance_abs"]],
+    ["a replica added and one removed", base.replace(`name = "gpu0"`, `name = "gpu7"`), ["replica[gpu0]", "replica[gpu7]"]],
+    ["the listen address and a cluster (a restart applies them)", `${base.replace("8080", "8081")}[cluster]\nredis = "redis://r:6379"\n`, ["server.listen", "cluster"]],
+  ])("%s", (_name, text, keys) => {
+    expect(changedKeys(config(base), config(text)).sort()).toEqual([...keys].sort());
+  });
+
+  it("needsRestart: the listeners, the log format and every [cluster] key", () => {
+    expect(["server.listen", "server.admin_listen", "server.log_format", "cluster", "cluster.redis", "routing.policy", "server.api_keys"].filter(needsRestart)).toEqual([
+      "server.listen",
+      "server.admin_listen",
+      "server.log_format",
+      "cluster",
+      "cluster.redis",
+    ]);
   });
 });
