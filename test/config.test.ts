@@ -26,6 +26,15 @@ describe("valid configs", () => {
     expect(config.routing.index_max_entries).toBe(2_000_000);
   });
 
+  it("the example router.toml states the index's bytes per entry as the docs do (measured: perf/memory.ts)", async () => {
+    const perEntry = (text: string, re: RegExp) => re.exec(text)?.[1];
+    const toml = perEntry(await Bun.file(new URL("../router.toml", import.meta.url)).text(), /index_max_entries.*?(\d+) bytes each/);
+    const configuration = perEntry(await Bun.file(new URL("../docs/configuration.md", import.meta.url)).text(), /`index_max_entries`.*?(\d+) bytes each/);
+    const routing = perEntry(await Bun.file(new URL("../docs/routing.md", import.meta.url)).text(), /typed arrays, (\d+) bytes an entry/);
+    expect(toml).toBe("68");
+    expect([configuration, routing]).toEqual([toml, toml]);
+  });
+
   it("the example router.toml lists every policy", async () => {
     const text = await Bun.file(new URL("../router.toml", import.meta.url)).text();
     const listed = text.match(/^policy = "[^"]+"\s+# (.+)$/m)![1]!.split(" | ");
