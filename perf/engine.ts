@@ -40,7 +40,8 @@ const server = Bun.serve({
   port: Number(values.port),
   idleTimeout: 0,
   async fetch(req) {
-    const path = new URL(req.url).pathname;
+    // A replica's path prefix (/r3/v1/…: perf/memory.ts lists this one engine as 8 replicas) is not the engine's.
+    const path = new URL(req.url).pathname.replace(/^\/r\d+(?=\/)/, "");
     if (path === "/health") return new Response("ok");
     if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "perf-model", object: "model", owned_by: "perf" }] });
     if (req.method !== "POST") return new Response("not found", { status: 404 });

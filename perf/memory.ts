@@ -46,8 +46,10 @@ const { values } = parseArgs({
   },
 });
 
+/** One perf engine stands for every replica, each under its own path prefix (one engine listed twice is a config error). */
+const replicaUrl = (url: string, i: number) => `${url}/r${i}`;
 const replicaToml = (url: string) =>
-  Array.from({ length: REPLICAS }, (_, i) => `[[replica]]\nname = "gpu${i}"\nurl = "${url}"\n`).join("\n");
+  Array.from({ length: REPLICAS }, (_, i) => `[[replica]]\nname = "gpu${i}"\nurl = "${replicaUrl(url, i)}"\n`).join("\n");
 /** The defaults a user gets: the bound, TTL, window, chunk size and policy come from the config, not from here. */
 const config = parseConfig(replicaToml("http://127.0.0.1:9"), "<perf>", { env: {} });
 
@@ -177,7 +179,7 @@ async function fill(entries: number, statePath?: string, engineUrl?: string): Pr
   const size: MemorySize = { entries: index.size, conversations, rssMB: rss / 1e6, baseRssMB: baseRss / 1e6, indexBytes: index.memoryBytes(), fillSeconds };
   if (!statePath) return size;
 
-  await saveState(statePath, router, Object.fromEntries(config.replicas.map((r) => [r.name, engineUrl ?? r.url])), config.routing.chunk_chars);
+  await saveState(statePath, router, Object.fromEntries(config.replicas.map((r, i) => [r.name, engineUrl ? replicaUrl(engineUrl, i) : r.url])), config.routing.chunk_chars);
   // Capacity readings as the server takes them: every 2 s of clock, each visiting only the entries that left the window.
   const samples: number[] = [];
   for (let i = 0; i < 200; i++) {

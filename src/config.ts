@@ -11,6 +11,7 @@ import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
 import { nearest } from "./_nearest.ts";
+import { shownUrl } from "./_shown-url.ts";
 import { explainTomlError } from "./_toml-errors.ts";
 import { tomlPositions, type KeyPosition } from "./_toml-positions.ts";
 import { ConfigError, type ConfigIssue } from "./errors.ts";
@@ -358,6 +359,7 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
     return [];
   }
   const seen = new Map<string, number>();
+  const engines = new Map<string, { index: number; name: unknown; line?: number }>();
   return raw.map((entry, i): ReplicaConfig => {
     const prefix = `replica[${i}]`;
     const t = asTable(entry);
@@ -371,9 +373,25 @@ function replicas(ctx: Ctx, raw: unknown): ReplicaConfig[] {
         file: ctx.file,
         ...(at ? { line: at.line, column: at.column } : {}),
         key: `${prefix}.url`,
-        value: t.url,
-        reason: `using "${url}": the router appends /v1/… (and health.path, metrics) to a replica's base URL itself, so the /v1 that OpenAI clients put in a base URL is taken off`,
+        value: shownUrl(String(t.url)),
+        reason: `using "${shownUrl(url)}": the router appends /v1/… (and health.path, metrics) to a replica's base URL itself, so the /v1 that OpenAI clients put in a base URL is taken off`,
       });
+    }
+    if (url !== undefined) {
+      // Two entries that reach one engine double its share of traffic and split its cache
+      // between two names the index treats as two cards.
+      const engine = engineOf(url);
+      const first = engines.get(engine);
+      if (first) {
+        const detail = [typeof first.name === "string" ? `"${first.name}"` : undefined, first.line === undefined ? undefined : `line ${first.line}`].filter(Boolean).join(", ");
+        const where = `replica[${first.index}]${detail ? ` (${detail})` : ""}`;
+        report(ctx, `${prefix}.url`, "value", {
+          value: shownUrl(String(t.url)),
+          reason: `reaches the same engine as ${where}: two entries for one engine double its share of the traffic and split its cache; list it once`,
+        });
+      } else {
+        engines.set(engine, { index: i, name: t.name, ...(ctx.where.get(`${prefix}.url`)?.value ? { line: ctx.where.get(`${prefix}.url`)!.value.line } : {}) });
+      }
     }
     if (name !== undefined) {
       if (seen.has(name)) {
@@ -446,9 +464,9 @@ function optionalField<T>(ctx: Ctx, t: Record<string, unknown>, path: string, ch
   return field(ctx, t, path, undefined, check);
 }
 
-/** Secrets are never echoed back, not even in an error message. */
+/** Secrets are never echoed back, not even in an error message: keys, and a URL's credentials. */
 function redact(path: string, value: unknown): unknown {
-  if (!/api_key/.test(path)) return value;
+  if (!/api_key/.test(path)) return typeof value === "string" ? shownUrl(value) : value;
   return typeof value === "string" && value.startsWith("env:") ? value : "<redacted>";
 }
 
@@ -503,6 +521,9 @@ const replicaName: Check<string> = (v) =>
 
 const httpUrl: Check<string> = (v) => {
   if (typeof v !== "string") return bad("must be a string like \"http://127.0.0.1:8001\"");
+  // The URL parser refuses a port above 65535 with the same error as any other bad URL.
+  const port = /^[a-z][a-z0-9+.-]*:\/\/(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^:/?#]*):(\d+)(?:[/?#]|$)/i.exec(v)?.[1];
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return bad(`port ${port} is out of range: a port is 1–65535`);
   let url: URL;
   try {
     url = new URL(v);
@@ -524,6 +545,12 @@ const httpUrl: Check<string> = (v) => {
  */
 function baseOf(url: string): string {
   return url.replace(/\/v1$/, "");
+}
+
+/** What tells two base URLs' engines apart: scheme, host and port (a default port as the URL parser writes it), and path; never the credentials. */
+function engineOf(base: string): string {
+  const u = new URL(base);
+  return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, "")}`;
 }
 
 const urlPath: Check<string> = (v) =>
@@ -614,6 +641,9 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 /** A duration of at least `minMs` (0 allowed when minMs is 0) that a timer can hold. */
 function durationFrom(minMs: number): Check<number> {
   return (v) => {
+    if (typeof v === "string" && /^-\s*\d/.test(v.trim())) {
+      return bad(minMs === 0 ? "must not be negative: a duration like \"30s\", or \"0s\" for none" : `must be positive: a duration like "10s"${minMs > 1 ? ` (at least ${formatMs(minMs)})` : ""}`);
+    }
     const d = duration(v);
     if (!d.ok) return d;
     if (d.value < minMs) return bad(minMs <= 1 ? "must be longer than 0" : `must be at least ${formatMs(minMs)}`);
@@ -642,6 +672,45 @@ export const byteSize: Check<number> = (v) => {
 /** Milliseconds in the config's own duration syntax: 30000 → "30s". */
 export function formatMs(n: number): string {
   return n % 3_600_000 === 0 && n > 0 ? `${n / 3_600_000}h` : n % 60_000 === 0 && n > 0 ? `${n / 60_000}m` : n % 1000 === 0 && n > 0 ? `${n / 1000}s` : `${n}ms`;
+}
+
+/** Keys a reload cannot apply: they keep their old values until a restart. */
+export function needsRestart(key: string): boolean {
+  return key === "server.listen" || key === "server.admin_listen" || key === "server.log_format" || key === "cluster" || key.startsWith("cluster.");
+}
+
+/**
+ * What differs between two configs, by the keys a user writes in router.toml: dotted full
+ * names (`routing.first_byte_timeout`, `routing.cache_aware.balance_abs`), replicas by name
+ * (`replica[gpu1].url`; a replica added or removed is `replica[gpu2]`). Values are not
+ * named: a key may be a secret.
+ */
+export function changedKeys(before: Config, after: Config): string[] {
+  const changed: string[] = [];
+  // The Config's own unit suffixes (first_byte_timeout_ms, max_body_bytes) are not the file's.
+  const fileKey = (k: string) => k.replace(/_(ms|bytes)$/, "");
+  const walk = (path: string, a: unknown, b: unknown): void => {
+    const table = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+    if (table(a) && table(b) && !("host" in a && "port" in a)) {
+      for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) walk(`${path}.${fileKey(k)}`, a[k], b[k]);
+    } else if (JSON.stringify(a) !== JSON.stringify(b)) {
+      changed.push(path);
+    }
+  };
+  for (const section of ["server", "routing", "health", "cluster"] as const) {
+    const a = before[section];
+    const b = after[section];
+    if ((a === undefined) !== (b === undefined)) changed.push(section);
+    else walk(section, a, b);
+  }
+  const named = (c: Config) => new Map(c.replicas.map((r) => [r.name, r]));
+  const [a, b] = [named(before), named(after)];
+  for (const name of new Set([...a.keys(), ...b.keys()])) {
+    const [x, y] = [a.get(name), b.get(name)];
+    if (!x || !y) changed.push(`replica[${name}]`);
+    else walk(`replica[${name}]`, { ...x, name: undefined }, { ...y, name: undefined });
+  }
+  return changed;
 }
 
 /** The resolved config as TOML-ish text for `llmroute check`, with secrets masked. */
@@ -687,7 +756,7 @@ export function describeConfig(config: Config): string {
       "",
       "[[replica]]",
       `name = "${r.name}"`,
-      `url = "${r.url}"`,
+      `url = "${shownUrl(r.url)}"`,
       `kv_tokens = ${r.kv_tokens}`,
       `models = ${r.models.length ? JSON.stringify(r.models) : "[]  # discovered from /v1/models"}`,
       ...(r.api_key ? ["api_key = \"<set, hidden>\""] : []),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULTS, KNOWN, loadConfigFile, parseConfig, type Config } from "../src/config.ts";
+import { changedKeys, DEFAULTS, KNOWN, loadConfigFile, needsRestart, parseConfig, type Config } from "../src/config.ts";
 import { ConfigError, formatIssue } from "../src/errors.ts";
 import { POLICY_NAMES } from "../src/route/options.ts";
 import { runCli } from "./helpers/proc.ts";
@@ -24,6 +24,15 @@ describe("valid configs", () => {
     expect(config.routing.policy).toBe("hybrid");
     // the example shows the documented defaults, not a smaller bound
     expect(config.routing.index_max_entries).toBe(2_000_000);
+  });
+
+  it("the example router.toml states the index's bytes per entry as the docs do (measured: perf/memory.ts)", async () => {
+    const perEntry = (text: string, re: RegExp) => re.exec(text)?.[1];
+    const toml = perEntry(await Bun.file(new URL("../router.toml", import.meta.url)).text(), /index_max_entries.*?(\d+) bytes each/);
+    const configuration = perEntry(await Bun.file(new URL("../docs/configuration.md", import.meta.url)).text(), /`index_max_entries`.*?(\d+) bytes each/);
+    const routing = perEntry(await Bun.file(new URL("../docs/routing.md", import.meta.url)).text(), /typed arrays, (\d+) bytes an entry/);
+    expect(toml).toBe("68");
+    expect([configuration, routing]).toEqual([toml, toml]);
   });
 
   it("the example router.toml lists every policy", async () => {
@@ -137,6 +146,34 @@ describe("every error names file:line:column of the value, the key, the value an
     expect(found[0]).toMatchObject({ line: 6, column: 8, key: "replica[1].name", value: "gpu0", reason: "duplicate name (also replica[0])" });
   });
 
+  it.each([
+    ["the /v1 form of the same URL", "http://127.0.0.1:8001", "http://127.0.0.1:8001/v1"],
+    ["a trailing slash", "http://127.0.0.1:8001", "http://127.0.0.1:8001/"],
+    ["another case of the host", "http://localhost:8001", "http://LOCALHOST:8001"],
+    ["the default port written out", "http://gpu", "http://gpu:80"],
+    ["credentials added", "http://127.0.0.1:8001", "http://u:p@127.0.0.1:8001"],
+  ])("one engine listed twice (%s) is an error naming both entries, file and line", (_name, first, second) => {
+    const found = issues(`[[replica]]\nname = "gpu0"\nurl = "${first}"\n\n[[replica]]\nname = "gpu1"\nurl = "${second}"\n`);
+    expect(found).toHaveLength(1);
+    expect(found[0]).toMatchObject({ file: "r.toml", line: 7, column: 7, key: "replica[1].url" });
+    expect(found[0]!.reason).toBe('reaches the same engine as replica[0] ("gpu0", line 3): two entries for one engine double its share of the traffic and split its cache; list it once');
+    expect(JSON.stringify(found[0])).not.toContain(":p@");
+  });
+
+  it("two engines on one host (other ports, or other path prefixes behind a gateway) are two engines", () => {
+    for (const [a, b] of [["http://h:8001", "http://h:8002"], ["https://gw/team-a/v1", "https://gw/team-b/v1"], ["http://h:8001", "https://h:8001"]]) {
+      expect(parseConfig(`[[replica]]\nname = "a"\nurl = "${a}"\n[[replica]]\nname = "b"\nurl = "${b}"\n`, "r.toml", { env: {} }).replicas).toHaveLength(2);
+    }
+  });
+
+  it.each([
+    ["http://127.0.0.1:70000", "port 70000 is out of range: a port is 1–65535"],
+    ["http://[::1]:99999/v1", "port 99999 is out of range: a port is 1–65535"],
+    ["http://u:p@gpu:0", "port 0 is out of range: a port is 1–65535"],
+  ])("a replica URL %s: the port is named as the problem", (url, reason) => {
+    expect(issues(`[[replica]]\nname = "a"\nurl = "${url}"\n`)[0]).toMatchObject({ key: "replica[0].url", line: 3, reason });
+  });
+
   it("a missing env var for a key is an error, and a literal secret is never echoed", () => {
     expect(issues(`${MIN}api_key = "env:NOPE"\n`)[0]).toMatchObject({ line: 4, column: 11, key: "replica[0].api_key", value: "env:NOPE", reason: expect.stringMatching(/NOPE is not set/) });
     expect(issues(`[server]\napi_keys = "hunter2"\n${MIN}`)[0]!.value).toBe("<redacted>");
@@ -176,6 +213,9 @@ describe("bounds: durations and sizes a running router can live with", () => {
     ["routing.capacity_window 0s", `[routing]\ncapacity_window = "0s"\n`, { key: "routing.capacity_window", reason: /at least 1s/ }],
     ["a duration no timer can hold", `[routing]\nfirst_byte_timeout = "1000h"\n`, { key: "routing.first_byte_timeout", reason: /at most 596h/ }],
     ["server.drain_timeout over the timer limit", `[server]\ndrain_timeout = "700h"\n`, { key: "server.drain_timeout", reason: /at most 596h/ }],
+    ["routing.index_ttl negative", `[routing]\nindex_ttl = "-5s"\n`, { key: "routing.index_ttl", value: "-5s", line: 2, column: 13, reason: /^must be positive: a duration like "10s" \(at least 1s\)$/ }],
+    ["routing.first_byte_timeout negative", `[routing]\nfirst_byte_timeout = "-1m"\n`, { key: "routing.first_byte_timeout", reason: /^must be positive/ }],
+    ["server.drain_timeout negative (0 is allowed)", `[server]\ndrain_timeout = "-30s"\n`, { key: "server.drain_timeout", reason: /^must not be negative/ }],
   ])("%s", (_name, text, expected) => {
     const found = issues(`${text}${MIN}`);
     expect(found).toHaveLength(1);
@@ -340,5 +380,30 @@ describe("docs/configuration.md against the config schema", async () => {
       if (cell !== `\`${toml(value)}\``) wrong.push(`${key}: the page says ${cell}, the schema ${toml(value)}`);
     }
     expect(wrong).toEqual([]);
+  });
+});
+
+describe("changedKeys: what a reload changed, by the keys of the file", () => {
+  const base = `[server]\nlisten = "127.0.0.1:8080"\n[routing]\nfirst_byte_timeout = "10m"\n[[replica]]\nname = "gpu0"\nurl = "http://h:1"\n[[replica]]\nname = "gpu1"\nurl = "http://h:2"\napi_key = "sk-a"\n`;
+  const config = (text: string) => parseConfig(text, "r.toml", { env: {} });
+  it.each([
+    ["nothing", base, []],
+    ["a deadline", base.replace(`"10m"`, `"2m"`), ["routing.first_byte_timeout"]],
+    ["a replica's URL and key (by name, never the value)", base.replace("http://h:2", "http://h:3").replace("sk-a", "sk-b"), ["replica[gpu1].url", "replica[gpu1].api_key"]],
+    ["a nested table and a size", base.replace(`listen = "127.0.0.1:8080"\n`, `listen = "127.0.0.1:8080"\nmax_body = "1MiB"\n`).replace(`first_byte_timeout = "10m"\n`, `first_byte_timeout = "10m"\ncache_aware = { balance_abs = 7 }\n`), ["server.max_body", "routing.cache_aware.balance_abs"]],
+    ["a replica added and one removed", base.replace(`name = "gpu0"`, `name = "gpu7"`), ["replica[gpu0]", "replica[gpu7]"]],
+    ["the listen address and a cluster (a restart applies them)", `${base.replace("8080", "8081")}[cluster]\nredis = "redis://r:6379"\n`, ["server.listen", "cluster"]],
+  ])("%s", (_name, text, keys) => {
+    expect(changedKeys(config(base), config(text)).sort()).toEqual([...keys].sort());
+  });
+
+  it("needsRestart: the listeners, the log format and every [cluster] key", () => {
+    expect(["server.listen", "server.admin_listen", "server.log_format", "cluster", "cluster.redis", "routing.policy", "server.api_keys"].filter(needsRestart)).toEqual([
+      "server.listen",
+      "server.admin_listen",
+      "server.log_format",
+      "cluster",
+      "cluster.redis",
+    ]);
   });
 });

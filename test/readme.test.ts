@@ -1,7 +1,8 @@
 /**
  * The shell examples of every page (the README, docs/, the development guide, the lab
  * notes), read as a user would run them: one must not overwrite the example router.toml,
- * and a block that writes a config with `llmroute sim > FILE` must serve that file.
+ * a block that writes a config with `llmroute sim > FILE` must serve that file, and a block
+ * that serves another file must ask `status` about it.
  */
 import { describe, expect, it } from "bun:test";
 import { ALL_PAGES, readPage } from "./helpers/markdown.ts";
@@ -39,6 +40,22 @@ describe("the shell examples of every page", () => {
         checked++;
         const config = /(?:--config|-c)\s+(\S+)/.exec(serve)?.[1] ?? "router.toml";
         if (config !== written) mismatched.push(`${page}: ${serve}  (the sim wrote ${written})`);
+      }
+    }
+    expect(mismatched).toEqual([]);
+    expect(checked).toBeGreaterThan(0);
+  });
+
+  it("a block that serves another config asks status about that router (status reads ./router.toml by default)", () => {
+    const mismatched: string[] = [];
+    let checked = 0;
+    for (const { page, lines } of blocks) {
+      const served = lines.map((l) => /^(?:\.\/dist\/)?llmroute serve .*(?:--config|-c)\s+(\S+)/.exec(l)?.[1]).find((f) => f !== undefined && f !== "router.toml");
+      if (!served) continue;
+      for (const status of lines.filter((l) => /^(?:\.\/dist\/)?llmroute status\b/.test(l))) {
+        checked++;
+        const config = /(?:--config|-c)\s+(\S+)/.exec(status)?.[1];
+        if (config !== served && !/--url\s/.test(status)) mismatched.push(`${page}: ${status}  (the block serves ${served})`);
       }
     }
     expect(mismatched).toEqual([]);

@@ -6,8 +6,7 @@
  * While it runs, the live dashboard of whichever router is running is at one address.
  */
 import { createServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import { parseBenchArgs } from "./args.ts";
 import { bench, uiProgress } from "./command.ts";
@@ -22,15 +21,18 @@ import { ui } from "../ui.ts";
  */
 export const DEMO_TIME_SCALE = 0.08;
 
+/** The demo's report, in the directory it was run from (npm run demo: the project's), where a user finds it. */
+export const DEMO_REPORT = "llmroute-report-demo.html";
+
 export default defineCommand({
   meta: { name: "demo", description: "Two simulated replicas, three policies, an agent loop, bursts and both at once: about a minute" },
   args: {
     "time-scale": { type: "string", description: `Sim speed (default ${DEMO_TIME_SCALE}; smaller is faster and noisier)` },
-    report: { type: "string", description: "Where to write the HTML report (default: a file in the temp directory)" },
+    report: { type: "string", description: `Where to write the HTML report (default: ./${DEMO_REPORT}, replaced by the next demo)` },
     json: { type: "string", description: "Also write every sample as JSON" },
   },
   async run({ args }) {
-    const report = args.report || join(tmpdir(), `llmroute-demo-${Date.now()}.html`);
+    const report = resolve(args.report || DEMO_REPORT);
     const options = parseBenchArgs({
       sim: "2",
       "time-scale": args["time-scale"] || String(DEMO_TIME_SCALE),
@@ -56,14 +58,30 @@ export default defineCommand({
       [
         ...(reading.length > 0 ? ["", ...reading] : []),
         "",
-        `HTML report (charts): ${report}${options.json ? `\nJSON (every sample): ${options.json}` : ""}`,
-        "Next: `llmroute bench --sim 2` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;",
-        "`llmroute bench --config router.toml` measures your own replicas.",
+        ...demoClosing(report, options.json, cliCommand(Bun.main)),
       ].join("\n"),
     );
     return errors > 0 ? 1 : 0;
   },
 });
+
+/**
+ * How the user runs llmroute as this process was run: the built executable is `llmroute`;
+ * from source (`npm run demo`, `npx bun src/cli.ts …`) no `llmroute` is on PATH after
+ * `npm ci`, and `npx bun src/cli.ts` from the project's directory is what works.
+ */
+export function cliCommand(main: string): string {
+  return /[\\/]src[\\/]cli\.ts$/.test(main) ? "npx bun src/cli.ts" : "llmroute";
+}
+
+/** Where the report is, and what to run next, in the words that work where the demo ran. */
+export function demoClosing(report: string, json: string | undefined, command: string): string[] {
+  return [
+    `HTML report (charts): ${report} — open it in a browser${json ? `\nJSON (every sample): ${json}` : ""}`,
+    `Next: \`${command} bench --sim 2\` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;`,
+    `\`${command} bench --config router.toml\` measures your own replicas.`,
+  ];
+}
 
 /** A gap this large is worth explaining; hybrid within the matrix's "best" band (5 %) is at the best. */
 const EXPLAIN_RATIO = 1.2;

@@ -56,6 +56,13 @@ const CONNECT_TIMEOUT_MS = 2_000;
 const READ_COUNT = 1_000;
 /** Events kept while Redis is away, in encoded bytes; the oldest go first beyond it. */
 const MAX_BACKLOG_BYTES = 64 << 20;
+/**
+ * Responses ids whose owner key is still to be written while Redis is away; the oldest go
+ * first beyond it (their events still travel in the backlog, which is how the other
+ * instances learn them when Redis is back: the key only serves a follow-up that outruns
+ * its event). A key older than the index's TTL is not written at all.
+ */
+const MAX_PENDING_RESPONSE_KEYS = 100_000;
 /** Sends not yet acknowledged; beyond it, batches wait in the backlog (a slow Redis). */
 const MAX_UNACKED = 256;
 /** Stream entries kept at most, whatever the snapshots trim (a safety bound on memory). */
@@ -162,7 +169,8 @@ export class Cluster {
   /** Published batches that arrive while the stream is being read (catching up): applied after it. */
   private live?: string[];
   private sendSeq = 0;
-  private readonly responseKeys: [string, string][] = [];
+  /** Responses ids' owner keys not yet written (Redis away), oldest first, with when each was learnt. */
+  private responseKeys: { id: string; replica: string; at: number }[] = [];
   /** Lookups of a Responses API id waiting for its event to come through the stream. */
   private readonly responseWaiters = new Map<string, Set<() => void>>();
   private loadScheduled = false;
@@ -218,7 +226,13 @@ export class Cluster {
     forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
     response: (id, replica) => {
       this.emit({ kind: "response", at: this.now(), replica, id });
-      this.responseKeys.push([id, replica]);
+      const at = this.now();
+      this.responseKeys.push({ id, replica, at });
+      if (this.responseKeys.length > MAX_PENDING_RESPONSE_KEYS) {
+        // Past the bound, the expired go, else the oldest tenth: one splice now and then, not a shift per request.
+        const live = this.responseKeys.findIndex((k) => at - k.at < this.settings.responseTtlMs);
+        this.responseKeys.splice(0, Math.max(live === -1 ? this.responseKeys.length : live, MAX_PENDING_RESPONSE_KEYS / 10));
+      }
     },
     retract: (chains, replica, tag, created) => this.emit({ kind: "retract", at: this.now(), replica, commit: tag, chains, created }),
   };
@@ -433,6 +447,11 @@ export class Cluster {
   /** Instances seen alive, this one included. */
   instanceCount(now: number = this.now()): number {
     return 1 + this.peers.list(now).length;
+  }
+
+  /** Responses ids' owner keys waiting for Redis (bounded by MAX_PENDING_RESPONSE_KEYS). */
+  get pendingResponseKeys(): number {
+    return this.responseKeys.length;
   }
 
   backlogEvents(): number {
@@ -818,9 +837,12 @@ export class Cluster {
       this.pendingAcks.add(sent);
       void sent.finally(() => this.pendingAcks.delete(sent));
     }
-    const ttl = String(Math.max(1_000, this.settings.responseTtlMs));
-    for (const [id, replica] of this.responseKeys.splice(0)) {
-      s.cmd.send("SET", [this.keys.response(id), replica, "PX", ttl]).catch(() => {});
+    const now = this.now();
+    for (const { id, replica, at } of this.responseKeys.splice(0)) {
+      // The key lives as long as the index remembers the id, counted from when it was learnt.
+      const ttl = this.settings.responseTtlMs - (now - at);
+      if (ttl <= 0) continue;
+      s.cmd.send("SET", [this.keys.response(id), replica, "PX", String(Math.max(1_000, ttl))]).catch(() => {});
     }
   }
 

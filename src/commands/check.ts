@@ -1,4 +1,5 @@
 import { defineCommand } from "citty";
+import { shownUrl } from "../_shown-url.ts";
 import { DEFAULT_METRICS_PATH, describeConfig, loadConfigFile } from "../config.ts";
 import { renderEngineReport, reportEngine } from "../engines/report.ts";
 import { formatIssue } from "../errors.ts";
@@ -41,7 +42,7 @@ export default defineCommand({
         ),
       ),
     );
-    for (const r of reports) console.log(renderEngineReport(r).join("\n"));
+    for (const r of reports) console.log(shownUrl(renderEngineReport(r).join("\n")));
     // Degraded (1) when a replica cannot be reached: the config is valid, the fleet is not all there.
     return reports.every((r) => r.reachable) ? 0 : 1;
   },

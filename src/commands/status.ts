@@ -1,4 +1,5 @@
 import { defineCommand } from "citty";
+import { shownUrl } from "../_shown-url.ts";
 import { loadConfigFile, type Listen } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
 import { describeFetchError } from "../fleet/fleet.ts";
@@ -17,7 +18,8 @@ export default defineCommand({
     json: { type: "boolean", description: "Print the raw /status JSON" },
   },
   async run({ args }) {
-    const base = (args.url ?? (await urlFromConfig(args.config))).replace(/\/+$/, "");
+    const base = (args.url === undefined ? await urlFromConfig(args.config) : routerUrl(args.url)).replace(/\/+$/, "");
+    const shown = shownUrl(base);
     const flagKey = args["api-key"];
     const key = flagKey || process.env.LLMROUTE_API_KEY || undefined;
     const status = await readStatus(base, key);
@@ -25,8 +27,8 @@ export default defineCommand({
     // its flag or variable. The key itself is never printed.
     if (status === "unauthorized") {
       const message = key
-        ? `status: ${base}/status refused the key given ${flagKey ? "with --api-key" : "in LLMROUTE_API_KEY"} (server.api_keys): pass one of the router's client keys`
-        : `status: ${base}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`;
+        ? `status: ${shown}/status refused the key given ${flagKey ? "with --api-key" : "in LLMROUTE_API_KEY"} (server.api_keys): pass one of the router's client keys`
+        : `status: ${shown}/status needs a client key (server.api_keys): pass --api-key KEY or set LLMROUTE_API_KEY`;
       throw new LlmrouteError("unreachable", message, { exitCode: 2 });
     }
     if (args.json) console.log(JSON.stringify(status, null, 2));
@@ -49,8 +51,20 @@ async function readStatus(base: string, key: string | undefined): Promise<Status
     if (!res.ok) throw new Error(`HTTP ${res.status}: ${errorMessage(await res.text())}`);
     return (await res.json()) as StatusDocument;
   } catch (error) {
-    throw new LlmrouteError("unreachable", `status: cannot read ${base}/status: ${describeFetchError(error)}`, { exitCode: 2 });
+    throw new LlmrouteError("unreachable", shownUrl(`status: cannot read ${base}/status: ${describeFetchError(error)}`), { exitCode: 2 });
   }
+}
+
+/** --url as given: an http:// or https:// URL, else a usage error (exit 2) saying what to give. */
+function routerUrl(raw: string): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    // reported below
+  }
+  if (url?.protocol === "http:" || url?.protocol === "https:") return raw;
+  throw new LlmrouteError("usage", `status: --url ${JSON.stringify(shownUrl(raw))}: not an http:// or https:// URL; give the router's (or its admin listener's) address, like ${DEFAULT_URL}`, { exitCode: 2 });
 }
 
 /** The API's error JSON carries the reason (e.g. where the admin listener is); anything else, its first 200 characters. */

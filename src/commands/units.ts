@@ -2,12 +2,25 @@ import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import quadlet from "../../deploy/llmroute.container" with { type: "text" };
 import service from "../../deploy/llmroute.service" with { type: "text" };
+import { LlmrouteError } from "../errors.ts";
 import { ui } from "../ui.ts";
 
 const DEFAULT_BINARY = "/usr/local/bin/llmroute";
 const DEFAULT_CONFIG = "/etc/llmroute/router.toml";
 const DEFAULT_QUADLET_BINARY = "%h/.local/bin/llmroute";
 const QUADLET_CONFIG_MOUNT = "Volume=%h/.config/llmroute:/etc/llmroute:ro,Z";
+
+/**
+ * One word of a systemd command line (ExecStart=) as systemd reads it back (systemd.syntax(7)
+ * "Quoting", systemd.service(5) "Command lines"): a word with a space, a quote, a backslash or
+ * a character systemd treats specially is put in double quotes with C-style escapes; `%`
+ * (a specifier) is written `%%` and `$` (a variable) `$$`, quoted or not.
+ */
+export function systemdWord(word: string): string {
+  if (/[\x00-\x1f\x7f]/.test(word)) throw new LlmrouteError("usage", `units: ${JSON.stringify(word)}: a path with a control character cannot be written in a unit file`, { exitCode: 2 });
+  const literal = word.replaceAll("%", "%%").replaceAll("$", "$$$$");
+  return /^[A-Za-z0-9_@%$+=:,./-]+$/.test(literal) ? literal : `"${literal.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
+}
 
 /**
  * The unit files in deploy/, with the binary and config paths a user asked for. Paths are
@@ -18,20 +31,22 @@ export function renderUnit(kind: "systemd" | "quadlet", paths: { binary?: string
   const binary = paths.binary === undefined ? undefined : resolve(cwd, paths.binary);
   const config = paths.config === undefined ? undefined : resolve(cwd, paths.config);
   if (kind === "quadlet") {
-    let unit = binary ? quadlet.replaceAll(`${DEFAULT_QUADLET_BINARY}:`, `${binary}:`) : quadlet;
+    // Volume= is one value, spaces and all (podman's quadlet reads it whole: LookupAll, not
+    // LookupAllArgs, in pkg/systemd/quadlet/quadlet.go); a `%` would be a specifier.
+    let unit = binary ? quadlet.replaceAll(`${DEFAULT_QUADLET_BINARY}:`, () => `${binary.replaceAll("%", "%%")}:`) : quadlet;
     if (config) {
       // Mount that one file where Exec= reads it. A bind-mounted file keeps its inode: a
       // reload sees edits made in place, not a file replaced by rename (most editors).
       unit = unit.replace(
         QUADLET_CONFIG_MOUNT,
-        `# router.toml is mounted as a file: after replacing it (most editors do), restart rather than reload.\nVolume=${config}:${DEFAULT_CONFIG}:ro,Z`,
+        () => `# router.toml is mounted as a file: after replacing it (most editors do), restart rather than reload.\nVolume=${config.replaceAll("%", "%%")}:${DEFAULT_CONFIG}:ro,Z`,
       );
     }
     return unit;
   }
   return service
-    .replaceAll(`ExecStart=${DEFAULT_BINARY} `, `ExecStart=${binary ?? DEFAULT_BINARY} `)
-    .replaceAll(`--config ${DEFAULT_CONFIG}`, `--config ${config ?? DEFAULT_CONFIG}`);
+    .replaceAll(`ExecStart=${DEFAULT_BINARY} `, () => `ExecStart=${systemdWord(binary ?? DEFAULT_BINARY)} `)
+    .replaceAll(`--config ${DEFAULT_CONFIG}`, () => `--config ${systemdWord(config ?? DEFAULT_CONFIG)}`);
 }
 
 /**

@@ -2,6 +2,7 @@
  * What the router exposes about itself: Prometheus metrics (per-request truth summed per
  * replica, plus live gauges) and the /status document. Both read the same live state.
  */
+import { shownUrl } from "../_shown-url.ts";
 import pkg from "../../package.json" with { type: "json" };
 import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
@@ -169,7 +170,7 @@ export class Telemetry {
       }
       const kv = kvView(r, truth.capacity);
       if (kv.contradiction) warn("kv_tokens", kv.contradiction, kv.finding!.line, kv.finding!.details);
-      const metricsAt = r.engine ? ` The last read: ${duration(Math.max(0, now - r.engine.at) / 1000)} ago, from ${r.config.url}${r.config.metrics || DEFAULT_METRICS_PATH}.` : "";
+      const metricsAt = r.engine ? ` The last read: ${duration(Math.max(0, now - r.engine.at) / 1000)} ago, from ${shownUrl(r.config.url)}${r.config.metrics || DEFAULT_METRICS_PATH}.` : "";
       if (r.engine?.error) {
         warn(
           "engine_metrics",
@@ -187,7 +188,7 @@ export class Telemetry {
       }
       return {
         name: r.name,
-        url: r.config.url,
+        url: shownUrl(r.config.url),
         healthy: r.healthy,
         state: r.state,
         health_path: fleet.healthPathOf(r),

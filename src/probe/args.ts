@@ -3,6 +3,7 @@
  * `--api-key env:NAME`, and LLMROUTE_API_KEY for --via). Bad input is a usage error
  * (exit 2) naming the flag.
  */
+import { shownUrl } from "../_shown-url.ts";
 import { LlmrouteError } from "../errors.ts";
 
 export type ProbeMode = { kind: "url"; url: string } | { kind: "via"; url: string } | { kind: "replica"; name: string } | { kind: "all" };
@@ -51,16 +52,21 @@ function integer(flag: string, value: string | undefined, fallback: number, min:
   return n;
 }
 
-/** "http://host:8000", "http://host:8000/", "http://host:8000/v1" → "http://host:8000". */
+/**
+ * "http://host:8000", "http://host:8000/", "http://host:8000/v1" → "http://host:8000".
+ * Credentials (http://user:pass@host) are kept, to be sent as Basic auth, and never shown.
+ */
 export function baseUrl(flag: string, value: string): string {
   let url: URL;
+  const typed = JSON.stringify(shownUrl(value));
   try {
     url = new URL(value);
   } catch {
-    throw usage(`--${flag} ${JSON.stringify(value)}: not a URL; expected like http://127.0.0.1:8000`);
+    throw usage(`--${flag} ${typed}: not a URL; expected like http://127.0.0.1:8000`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw usage(`--${flag} ${JSON.stringify(value)}: must be http:// or https://`);
-  return `${url.origin}${url.pathname.replace(/\/+$/, "").replace(/\/v1$/, "")}`;
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw usage(`--${flag} ${typed}: must be http:// or https://`);
+  const credentials = url.username || url.password ? `${url.username}${url.password ? `:${url.password}` : ""}@` : "";
+  return `${url.protocol}//${credentials}${url.host}${url.pathname.replace(/\/+$/, "").replace(/\/v1$/, "")}`;
 }
 
 export function parseProbeArgs(raw: RawProbeArgs, env: Record<string, string | undefined> = {}): ProbeOptions {

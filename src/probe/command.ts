@@ -5,6 +5,7 @@
  * Exit 0 cache works / pinned, 1 no cache effect / not pinned, 2 could not probe.
  */
 import { defineCommand } from "citty";
+import { shownUrl } from "../_shown-url.ts";
 import { loadConfigFile, type ReplicaConfig } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
 import { DEFAULT_TIMEOUT_S, DEFAULT_TOKENS, DEFAULT_TURNS, parseProbeArgs, type ProbeOptions } from "./args.ts";
@@ -88,7 +89,7 @@ export async function runProbe(options: ProbeOptions, env: ProbeEnv): Promise<Pr
     }
     outcomes = [];
     for (const replica of replicas) {
-      if (replicas.length > 1) io.progress.note(`--- ${replica.name} ${replica.url}`);
+      if (replicas.length > 1) io.progress.note(`--- ${replica.name} ${shownUrl(replica.url)}`);
       const target = withKey({ label: replica.name, url: replica.url }, key(replica.api_key));
       const model = options.model ?? (replica.models.length > 0 ? replica.models[0] : undefined);
       const opts = { ...engineOptions(replica), ...(model === undefined ? {} : { model }) };
@@ -99,9 +100,9 @@ export async function runProbe(options: ProbeOptions, env: ProbeEnv): Promise<Pr
   const exitCode = Math.max(...outcomes.map(codeOf));
   if (options.json) {
     const doc = mode.kind === "all" ? { mode: "all", reports: outcomes, exit_code: exitCode } : { ...outcomes[0]!, exit_code: exitCode };
-    env.stdout(`${JSON.stringify(doc, null, 2)}\n`);
+    env.stdout(`${shownUrl(JSON.stringify(doc, null, 2))}\n`);
   } else {
-    env.stdout(`${outcomes.map(render).join(`\n\n${"=".repeat(72)}\n\n`)}\n`);
+    env.stdout(`${shownUrl(outcomes.map(render).join(`\n\n${"=".repeat(72)}\n\n`))}\n`);
     if (outcomes.length > 1) {
       env.stdout(`\nall: exit ${exitCode} (worst of ${outcomes.map((o) => `${o.target.label} ${codeOf(o)}`).join(", ")}; n=${outcomes.length} replicas)\n`);
     }
@@ -109,7 +110,7 @@ export async function runProbe(options: ProbeOptions, env: ProbeEnv): Promise<Pr
   const worst = outcomes.filter((o) => codeOf(o) === exitCode);
   // A replica is named (a URL is in the message already).
   const reason = worst.map((o) => (outcomes.length > 1 || mode.kind === "replica" ? `${o.target.label}: ${o.verdict.summary}` : o.verdict.summary)).join("; ");
-  return { exitCode, reason };
+  return { exitCode, reason: shownUrl(reason) };
 }
 
 export default defineCommand({

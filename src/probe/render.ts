@@ -127,7 +127,9 @@ export function renderVia(r: ViaReport): string {
         ? `; warm turns ${ratio(f.ratio)} turn 1 (median, needs <= ${TTFT_RATIO_MAX}x${f.cachedFraction === undefined ? "" : `; ${pct(f.cachedFraction)} cached`})`
         : "";
     const cold = c.label === "long" && f.coldTurns.length > 0 ? `; cold again on turn ${f.coldTurns.join(", ")}` : "";
-    out.push(`  ${pinned}${warm}${cold}`);
+    const failedOver = f.routes.flatMap((route, k) => (route.split(",").includes("failover") ? [k + 1] : []));
+    const failover = failedOver.length > 0 ? `; failed over on turn ${failedOver.join(", ")}` : "";
+    out.push(`  ${pinned}${failover}${warm}${cold}`);
   });
   out.push("");
   out.push(...renderVerdict(r.verdict));

@@ -282,16 +282,38 @@ export function viaVerdict(conversations: readonly ConversationMeasure[]): { fig
   const notes: string[] = [];
   const path = (f: ConversationFigures) => f.replicas.join(" -> ");
 
-  if (long && !long.pinned) {
+  // A turn the router failed over moved because its replica failed before the first byte
+  // (refused, reset, a 5xx, the first-byte deadline), not because of the policy or the
+  // conversation's identity: named first, and a move it explains is not blamed on either.
+  const movedBy = new Map<ConversationFigures, { failedOver: number[]; otherMoves: number }>();
+  for (const f of figures) {
+    const failedOver = f.routes.flatMap((r, i) => (r.split(",").includes("failover") ? [i + 1] : []));
+    if (failedOver.length === 0) continue;
+    // 1-based turns that landed elsewhere than the turn before.
+    const moves = f.replicas.flatMap((r, i) => (i > 0 && r !== f.replicas[i - 1] ? [i + 1] : []));
+    const moved = failedOver.filter((t) => moves.includes(t));
+    if (moved.length === 0) {
+      notes.push(`${f.label} conversation: turn ${failedOver.join(", ")} failed over, without moving the conversation (routes ${f.routes.join(", ")})`);
+      continue;
+    }
+    movedBy.set(f, { failedOver: moved, otherMoves: moves.length - moved.length });
+    causes.push({
+      text: `${f.label} conversation: turn ${moved.join(", ")} failed over (${path(f)}; routes ${f.routes.join(", ")}): the router could not use the conversation's replica before the first byte (connection refused or reset, a 5xx, first_byte_timeout), so the turn went to another and paid a cold prefill — a replica's failure, not the policy; the router's failover log line says why. Probe again once its replicas are healthy`,
+      evidence: true,
+    });
+  }
+  const unexplained = (f: ConversationFigures) => !f.pinned && (movedBy.get(f)?.otherMoves ?? 1) > 0;
+
+  if (long && unexplained(long)) {
     causes.push({
       text: `long conversation not pinned: turns went to ${path(long)} (routes ${long.routes.join(", ")})${long.coldTurns.length > 0 ? `, and turn ${long.coldTurns.join(", ")} paid a cold prefill again` : ""}; the router's policy does not keep a conversation on one replica (roundrobin, random, least-loaded do not): use hybrid, affinity or cache-aware`,
       evidence: true,
     });
   }
-  if (short && !short.pinned) {
+  if (short && unexplained(short)) {
     causes.push({
       text:
-        long && long.pinned
+        long && (long.pinned || !unexplained(long))
           ? `short-prefix conversation not pinned (${path(short)}) while the long one was: the identity-window trap — the router identifies a conversation by a leading window longer than this shared prefix`
           : `short-prefix conversation not pinned either: turns went to ${path(short)}`,
       evidence: true,
@@ -303,16 +325,16 @@ export function viaVerdict(conversations: readonly ConversationMeasure[]): { fig
       evidence: true,
     });
   }
-  for (const f of figures) {
-    if (f.routes.some((r) => r.includes("failover"))) notes.push(`${f.label} conversation: a turn was failed over (${f.routes.join(", ")})`);
-  }
   if (long && long.replicas.length < 3) notes.push(`n=${long.replicas.length} turns: use --turns 4 or more to see more than one warm turn`);
 
   const ok = causes.length === 0;
   const n = long ? long.replicas.length : 0;
+  const failedOver = [...movedBy].map(([f, m]) => `${f.label} turn ${m.failedOver.join(", ")}`);
   const summary = ok
     ? `pinned and warm: every turn of both conversations stayed on one replica (long: ${long?.replicas[0]}, short: ${short?.replicas[0]}), warm turns ${long?.ratio.toFixed(2)}x the first (n=${n} turns each)`
-    : long && !long.pinned
+    : failedOver.length > 0
+      ? `a turn failed over (${failedOver.join("; ")}): ${[long, short].filter((f) => f && !f.pinned).map((f) => `${f!.label} ${path(f!)}`).join(", ") || "every turn still on one replica"} (n=${n} turns)`
+      : long && !long.pinned
       ? `not pinned: ${path(long)} (n=${n} turns)`
       : short && !short.pinned
         ? `not pinned with a short shared prefix: ${path(short)} (n=${n} turns)`

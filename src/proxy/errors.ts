@@ -6,25 +6,23 @@
 import type { Endpoint } from "../route/shape.ts";
 
 /**
- * vLLM's types: its application errors are named as the openai client names the exception
- * for that status (create_error_response in vllm/entrypoints/serve/utils/error_response.py:
- * BadRequestError, NotFoundError …), and the openai client has no such name for 405 or 413;
- * an HTTPException it types by the status's reason phrase (http_exception_handler in
- * vllm/entrypoints/serve/utils/server_utils.py: `HTTPStatus(code).phrase`). The router's
- * 405 and 413 are errors of that kind: they get the phrase. (413's on the Python 3.12 of
- * vLLM's images; 3.13 renamed it "Content Too Large", after RFC 9110. OpenAI's own API
- * calls a wrong method or URL "invalid_request_error", the Anthropic shape's type here.)
+ * One scheme per API. The OpenAI shape's types are llama.cpp's, which follow OpenAI's own
+ * (`format_error_response` in tools/server/server-common.cpp: invalid_request_error 400,
+ * authentication_error 401, not_found_error 404, server_error 500, unavailable_error 503),
+ * with `code` the HTTP status as llama.cpp and vLLM write it; every other client error of
+ * the router's (a wrong method, a body too large or too slow) is an invalid request, as
+ * OpenAI's API calls it. The openai client picks its exception by the status, not the type.
  */
 const OPENAI_TYPES: Record<number, string> = {
-  400: "BadRequestError",
-  401: "AuthenticationError",
-  404: "NotFoundError",
-  405: "Method Not Allowed",
-  408: "RequestTimeoutError",
-  413: "Request Entity Too Large",
-  502: "UpstreamError",
-  503: "ServiceUnavailableError",
-  504: "GatewayTimeoutError",
+  400: "invalid_request_error",
+  401: "authentication_error",
+  404: "not_found_error",
+  405: "invalid_request_error",
+  408: "invalid_request_error",
+  413: "invalid_request_error",
+  502: "server_error",
+  503: "unavailable_error",
+  504: "server_error",
 };
 
 const ANTHROPIC_TYPES: Record<number, string> = {
@@ -43,7 +41,7 @@ export function errorBody(endpoint: Endpoint, status: number, message: string, p
   if (endpoint === "messages") {
     return { type: "error", error: { type: ANTHROPIC_TYPES[status] ?? "api_error", message } };
   }
-  return { error: { message, type: OPENAI_TYPES[status] ?? "Error", param, code: status } };
+  return { error: { message, type: OPENAI_TYPES[status] ?? (status >= 500 ? "server_error" : "invalid_request_error"), param, code: status } };
 }
 
 export function errorResponse(

@@ -7,7 +7,7 @@
  */
 import type { Server } from "bun";
 import { Cluster } from "../cluster/cluster.ts";
-import type { Config } from "../config.ts";
+import { changedKeys, needsRestart, type Config } from "../config.ts";
 import { CapacityWatch } from "../fleet/capacity.ts";
 import { Fleet, type FetchLike } from "../fleet/fleet.ts";
 import { createLog, type Log } from "../log.ts";
@@ -260,10 +260,8 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     app,
     log,
     async reload(next) {
-      const restart: string[] = (["listen", "admin_listen", "log_format"] as const).filter(
-        (k) => JSON.stringify(next.server[k]) !== JSON.stringify(config.server[k]),
-      );
-      if (JSON.stringify(next.cluster) !== JSON.stringify(config.cluster)) restart.push("cluster");
+      const changed = changedKeys(config, next);
+      const restart = changed.filter(needsRestart);
       if (restart.length > 0) log.warn("reload: these settings need a restart and keep their old values", { keys: restart.join(",") });
       next = { ...next, cluster: config.cluster, server: { ...next.server, listen: config.server.listen, admin_listen: config.server.admin_listen, log_format: config.server.log_format } };
       logNotes(log, next);
@@ -286,6 +284,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       for (const r of fleet.replicas) r.rediscover = true;
       await fleet.checkAll();
       log.info("config reloaded", {
+        changed: changed.filter((k) => !needsRestart(k)).join(",") || "nothing",
         policy: next.routing.policy,
         replicas: fleet.replicas.map((r) => r.name).join(","),
         added: added.join(","),

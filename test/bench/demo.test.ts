@@ -3,7 +3,7 @@
  * claimed "hybrid keeps the agent loop warm and the burst spread" whatever they were.
  */
 import { describe, expect, it } from "bun:test";
-import { demoReading } from "../../src/bench/demo.ts";
+import { cliCommand, DEMO_REPORT, demoClosing, demoReading } from "../../src/bench/demo.ts";
 import type { Matrix, MatrixRow } from "../../src/bench/matrix.ts";
 import type { WorkloadName } from "../../src/bench/args.ts";
 
@@ -65,5 +65,31 @@ describe("the demo's reading", () => {
 
   it("nothing measured: nothing to read", () => {
     expect(demoReading({ runs: 1, arms: ARMS, rows: [{ workload: "agent", what: "warm-turn TTFT p50", unit: "ms", best: { arm: "-", value: NaN }, cells: ARMS.map((arm) => ({ arm, value: NaN, relative: NaN, runs: [NaN], n: [0], failed: 0 })) }] })).toEqual([]);
+  });
+});
+
+describe("the demo's closing lines", () => {
+  it("from source (npm run demo), the next command is one that works after npm ci: npx bun src/cli.ts", () => {
+    const lines = demoClosing("/home/u/llmroute/llmroute-report-demo.html", undefined, cliCommand("/home/u/llmroute/src/cli.ts"));
+    expect(lines).toEqual([
+      "HTML report (charts): /home/u/llmroute/llmroute-report-demo.html — open it in a browser",
+      "Next: `npx bun src/cli.ts bench --sim 2` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;",
+      "`npx bun src/cli.ts bench --config router.toml` measures your own replicas.",
+    ]);
+  });
+
+  it("the built executable names itself llmroute", () => {
+    expect(cliCommand("/$bunfs/root/llmroute")).toBe("llmroute");
+    expect(demoClosing("/r.html", "/s.json", "llmroute")).toEqual([
+      "HTML report (charts): /r.html — open it in a browser\nJSON (every sample): /s.json",
+      "Next: `llmroute bench --sim 2` adds the shared-document (shared, pressured, llmd) and capacity workloads and the oracle;",
+      "`llmroute bench --config router.toml` measures your own replicas.",
+    ]);
+  });
+
+  it("the report goes to the directory the demo runs in, under a name .gitignore keeps out of the repository", async () => {
+    expect(DEMO_REPORT).toBe("llmroute-report-demo.html");
+    const ignored = (await Bun.file(new URL("../../.gitignore", import.meta.url)).text()).split("\n").map((l) => new RegExp(`^${l.trim().replace(/[.]/g, "\\.").replace(/\*/g, ".*")}$`));
+    expect(ignored.some((re) => re.test(DEMO_REPORT))).toBe(true);
   });
 });

@@ -220,6 +220,14 @@ describe("where status looks", () => {
     expect(right.stdout).not.toContain("right-key-7f3a");
   }, 30_000);
 
+  it.each(["nothttp", "127.0.0.1:8080", "ftp://h/x"])("--url %s: a clear message naming the flag and what to give, exit 2", async (url) => {
+    const { code, stdout, stderr } = await runCli(["status", "--url", url]);
+    expect(code).toBe(2);
+    expect(stdout).toBe("");
+    expect(stderr).toContain(`status: --url "${url}": not an http:// or https:// URL; give the router's (or its admin listener's) address, like http://127.0.0.1:8080`);
+    expect(stderr).not.toContain("ERR_");
+  });
+
   it("an explicit --config that does not exist is an error, not the default address", async () => {
     const { code, stderr } = await runCli(["status", "--config", "/nonexistent/router.toml"]);
     expect(code).toBe(2);

@@ -53,6 +53,16 @@ describe("sharing never fails a request", () => {
     expect(log.records.filter((r) => r.msg === "unhandled error")).toEqual([]);
   });
 
+  it("Responses ids learnt while Redis is away wait for it in a bounded list, the oldest dropped first", async () => {
+    const cluster = router.cluster!;
+    expect(cluster.state).not.toBe("up");
+    for (let i = 0; i < 100_500; i++) cluster.sink.response(`resp_${i}`, "gpu0");
+    expect(cluster.pendingResponseKeys).toBeLessThanOrEqual(100_000);
+    expect(cluster.pendingResponseKeys).toBeGreaterThanOrEqual(90_000);
+    // The events themselves wait in the backlog (bounded by its bytes), as before.
+    expect(cluster.backlogEvents()).toBeGreaterThan(100_000);
+  });
+
   it("an event that cannot be encoded is logged and counted; the call returns, and the batch's other events stay", () => {
     const log = memoryLog();
     const pure = pureRouter("hybrid");

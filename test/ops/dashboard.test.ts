@@ -47,7 +47,7 @@ describe("/dashboard", () => {
     expect((await fetch(`${router.url}/dashboard`)).status).toBe(200);
     const refused = await fetch(`${router.url}/dashboard/data`);
     expect(refused.status).toBe(401);
-    expect(await refused.json()).toMatchObject({ error: { type: "AuthenticationError" } });
+    expect(await refused.json()).toMatchObject({ error: { type: "authentication_error" } });
     const ok = await fetch(`${router.url}/dashboard/data`, { headers: { authorization: "Bearer dash-secret-3" } });
     expect(ok.status).toBe(200);
     expect(ok.headers.get("cache-control")).toBe("no-store");

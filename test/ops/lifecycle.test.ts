@@ -136,7 +136,7 @@ describe("access", () => {
     ]) {
       const error = await call().catch((e) => e);
       expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
-      expect(error.error).toMatchObject({ type: "AuthenticationError", code: 401 });
+      expect(error.error).toMatchObject({ type: "authentication_error", code: 401 });
     }
     expect((await fetch(`${router.url}/status`)).status).toBe(401);
     const ok = await router.client({ apiKey: "client-secret-1" }).chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: "x" }], max_tokens: 1 });

@@ -65,12 +65,42 @@ describe("llmroute units", () => {
 
   it("the drain has time: podman waits longer than server.drain_timeout, systemd longer than podman", async () => {
     const q = renderUnit("quadlet");
-    const stopTimeout = Number(/^StopTimeout=(\d+)$/m.exec(q)![1]);
+    const stopTimeout = Number(/^PodmanArgs=--stop-timeout=(\d+)$/m.exec(q)![1]);
     const quadletStopSec = Number(/^TimeoutStopSec=(\d+)s$/m.exec(q)![1]);
     const drain = parseConfig(`[[replica]]\nname = "a"\nurl = "http://x"\n`, "r.toml", { env: {} }).server.drain_timeout_ms / 1000;
     expect(stopTimeout).toBeGreaterThan(drain);
     expect(quadletStopSec).toBeGreaterThan(stopTimeout);
     expect(Number(/^TimeoutStopSec=(\d+)s$/m.exec(renderUnit("systemd"))![1])).toBeGreaterThan(drain);
+  });
+
+  it("the quadlet uses only keys Podman 4.4's quadlet knows (it refuses any other: no service at all)", () => {
+    // podman v4.4.0 pkg/systemd/quadlet/quadlet.go supportedContainerKeys; an unknown key is
+    // an error there ("unsupported key '%s' in group '%s'", checkForUnknownKeys).
+    const podman44 = ["ContainerName", "Image", "Environment", "EnvironmentFile", "EnvironmentHost", "Exec", "NoNewPrivileges", "DropCapability", "AddCapability", "ReadOnly", "RemapUsers", "RemapUID", "RemapGID", "RemapUIDSize", "Notify", "ExposeHostPort", "PublishPort", "User", "Group", "Volume", "PodmanArgs", "Label", "Annotation", "RunInit", "VolatileTmp", "Timezone", "SeccompProfile", "AddDevice", "Network"];
+    const section = renderUnit("quadlet").split(/^\[Container\]$/m)[1]!.split(/^\[/m)[0]!;
+    const keys = section.split("\n").filter((l) => /^[A-Za-z]+=/.test(l)).map((l) => l.slice(0, l.indexOf("=")));
+    expect(keys.length).toBeGreaterThan(5);
+    expect(keys.filter((k) => !podman44.includes(k))).toEqual([]);
+    expect(renderUnit("quadlet")).toContain("Quadlets need Podman 4.4 or later");
+  });
+
+  it.each([
+    ["/opt/my dir/llmroute", '"/opt/my dir/llmroute"'],
+    ['/opt/a"b\\c/llmroute', '"/opt/a\\"b\\\\c/llmroute"'],
+    ["/opt/100%/llmroute", "/opt/100%%/llmroute"],
+    ["/opt/$HOME/llmroute", "/opt/$$HOME/llmroute"],
+    ["/opt/it's/llmroute", `"/opt/it's/llmroute"`],
+  ])("ExecStart quotes a path as systemd reads it back: %s → %s", (path, word) => {
+    const unit = renderUnit("systemd", { binary: path, config: path.replace(/llmroute$/, "router.toml") });
+    const config = word.replace(/llmroute("?)$/, "router.toml$1");
+    expect(unit.split("\n").find((l) => l.startsWith("ExecStart="))).toBe(`ExecStart=${word} serve --config ${config} --log-format json`);
+  });
+
+  it("a path with a control character is refused, not written into the unit", async () => {
+    const { code, stderr, stdout } = await runCli(["units", "--binary", "/opt/a\nb/llmroute"]);
+    expect(code).toBe(2);
+    expect(stdout).toBe("");
+    expect(stderr).toContain("a path with a control character cannot be written in a unit file");
   });
 
   it("the systemd unit filters system calls and hides other processes", () => {
@@ -90,6 +120,19 @@ describe("llmroute units", () => {
     const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
     const own = `${out}${err}`.split("\n").filter((l) => l.includes("llmroute.service"));
     expect(own).toEqual([]);
+    expect(code).toBe(0);
+  });
+
+  it.if(analyze !== null)("systemd-analyze verify reads a binary and config in a directory with a space as one path each", async () => {
+    const dir = `${await tempDir("llmroute-unit-")}/my dir`;
+    await Bun.write(`${dir}/router.toml`, "");
+    await Bun.write(`${dir}/llmroute`, await Bun.file(process.execPath).arrayBuffer());
+    await Bun.spawn(["chmod", "755", `${dir}/llmroute`]).exited;
+    const path = `${dir}/llmroute.service`;
+    await Bun.write(path, renderUnit("systemd", { binary: `${dir}/llmroute`, config: `${dir}/router.toml` }));
+    const proc = Bun.spawn([analyze!, "verify", "--man=no", path], { stdout: "pipe", stderr: "pipe" });
+    const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    expect(`${out}${err}`.split("\n").filter((l) => l.includes("llmroute.service"))).toEqual([]);
     expect(code).toBe(0);
   });
 });

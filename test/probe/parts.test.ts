@@ -65,6 +65,11 @@ describe("parseProbeArgs", () => {
     });
   });
 
+  it("keeps a URL's credentials (sent as Basic auth) and never echoes them in an error", () => {
+    expect(parseProbeArgs({ url: "http://u:p%40w@h:8000/v1" }).mode).toEqual({ kind: "url", url: "http://u:p%40w@h:8000" });
+    expect(() => parseProbeArgs({ via: "ftp://u:pw@h" })).toThrow('probe: --via "ftp://***@h": must be http:// or https://');
+  });
+
   it("reads --api-key env:NAME from the environment, so the key stays out of argv", () => {
     expect(parseProbeArgs({ via: "http://r:8080", "api-key": "env:K" }, { K: "sk-1" }).apiKey).toBe("sk-1");
   });

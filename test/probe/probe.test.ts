@@ -204,6 +204,17 @@ describe("could not probe: exit 2 with a clear message", () => {
     expect(stdout).toContain("verdict  2: could not probe");
   });
 
+  it("a URL's credentials are kept to be sent, and shown as *** in every line", async () => {
+    const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
+    const port = server.port;
+    await server.stop(true);
+    const { code, stdout, stderr } = await probe("--url", `http://u:hunter2@127.0.0.1:${port}/v1`);
+    expect(code).toBe(2);
+    expect(stderr).toContain(`could not connect to http://***@127.0.0.1:${port}/v1/models (connection refused)`);
+    expect(stdout).toContain(`llmroute probe  http://***@127.0.0.1:${port}\n`);
+    expect(stdout + stderr).not.toContain("hunter2");
+  });
+
   it("an engine that wants a key: 401 names --api-key", async () => {
     const server = Bun.serve({
       port: 0,
@@ -276,11 +287,13 @@ describe("--all: each replica named once", () => {
     const url = `http://127.0.0.1:${closed.port}`;
     await closed.stop(true);
     const config = `${dir}/dead.toml`;
-    await Bun.write(config, `[[replica]]\nname = "gpu0"\nurl = "${url}"\n\n[[replica]]\nname = "gpu1"\nurl = "${url}"\n`);
+    // Two engines behind one (closed) gateway, under two path prefixes.
+    await Bun.write(config, `[[replica]]\nname = "gpu0"\nurl = "${url}"\n\n[[replica]]\nname = "gpu1"\nurl = "${url}/b"\n`);
     const { code, stdout, stderr } = await probe("--all", "--config", config);
     expect(code).toBe(2);
-    const why = `could not connect to ${url}/v1/models (connection refused); is the engine running, and is the URL right?`;
-    expect(stderr.trim().split("\n").at(-1)).toBe(`llmroute probe: gpu0: could not probe: ${why}; gpu1: could not probe: ${why}`);
+    const whyAt = (base: string) => `could not connect to ${base}/v1/models (connection refused); is the engine running, and is the URL right?`;
+    const why = whyAt(url);
+    expect(stderr.trim().split("\n").at(-1)).toBe(`llmroute probe: gpu0: could not probe: ${why}; gpu1: could not probe: ${whyAt(`${url}/b`)}`);
     expect(stdout).toContain(`llmroute probe  gpu0 ${url}\nverdict  2: could not probe: ${why}\n`);
     expect(stdout + stderr).not.toMatch(/gpu\d: could not probe: gpu\d/);
   });

@@ -8,6 +8,7 @@ import {
   type PairMeasure,
   type RequestMeasure,
 } from "../../src/probe/verdict.ts";
+import { renderVia } from "../../src/probe/render.ts";
 
 const req = (ttftMs: number, extra: Partial<RequestMeasure> = {}): RequestMeasure => ({ ttftMs, totalMs: ttftMs + 5, streamed: true, content: "ok", ...extra });
 const pair = (coldMs: number, warmMs: number, extra: Partial<PairMeasure> & { cached?: number; coldExtra?: Partial<RequestMeasure>; warmExtra?: Partial<RequestMeasure> } = {}): PairMeasure => {
@@ -178,6 +179,46 @@ describe("viaVerdict", () => {
     expect(viaVerdict([slowFirst, pinnedShort]).verdict.code).toBe(1);
     // Without a count from the engine, timing alone decides.
     expect(conversationFigures(convo("long", [["gpu0", 4_000], ["gpu0", 1_900], ["gpu0", 1_950]])).warm).toBe(true);
+  });
+
+  const withRoutes = (c: ConversationMeasure, routes: string[]): ConversationMeasure => ({ ...c, turns: c.turns.map((t, i) => ({ ...t, route: routes[i]! })) });
+
+  it("a failover that moved the short conversation is named first, not the identity-window trap", () => {
+    const short = withRoutes(convo("short", [["gpu0", 30], ["gpu0", 29], ["gpu1", 31], ["gpu1", 30]]), ["spread", "pin", "pin,failover", "pin"]);
+    const { verdict } = viaVerdict([pinnedLong, short]);
+    expect(verdict.code).toBe(1);
+    expect(verdict.causes[0]!.text).toStartWith("short conversation: turn 3 failed over (gpu0 -> gpu0 -> gpu1 -> gpu1");
+    expect(verdict.causes.map((c) => c.text).join(" ")).not.toContain("identity-window trap");
+    expect(verdict.summary).toStartWith("a turn failed over (short turn 3)");
+  });
+
+  it("a failover that moved the long conversation is named first, not the policy", () => {
+    const long = withRoutes(convo("long", [["gpu0", 4_000], ["gpu0", 300], ["gpu1", 4_100], ["gpu1", 320]]), ["spread", "pin", "pin,failover", "pin"]);
+    const { verdict } = viaVerdict([long, pinnedShort]);
+    expect(verdict.code).toBe(1);
+    expect(verdict.causes[0]!.text).toContain("long conversation: turn 3 failed over");
+    expect(verdict.causes.map((c) => c.text).join(" ")).not.toContain("use hybrid");
+  });
+
+  it("the report says which turn failed over, and lists the failover first among the likely causes", () => {
+    const short = withRoutes(convo("short", [["gpu0", 30], ["gpu0", 29], ["gpu1", 31], ["gpu1", 30]]), ["spread", "pin", "pin,failover", "pin"]);
+    const { figures, verdict } = viaVerdict([pinnedLong, short]);
+    const text = renderVia({ mode: "via", target: { label: "r", url: "http://r" }, model: "m", notes: [], conversations: [pinnedLong, short], figures, verdict });
+    expect(text).toContain("  pinned: NO (gpu0 -> gpu0 -> gpu1 -> gpu1); failed over on turn 3");
+    expect(text.split("likely causes (from this run):\n")[1]!.split("\n")[0]).toStartWith("  - short conversation: turn 3 failed over");
+  });
+
+  it("a failover and a move of its own: both named, the failover first", () => {
+    const short = withRoutes(convo("short", [["gpu0", 30], ["gpu1", 29], ["gpu0", 31], ["gpu0", 30]]), ["spread", "spread", "spread,failover", "pin"]);
+    const { verdict } = viaVerdict([pinnedLong, short]);
+    expect(verdict.causes.map((c) => c.text.slice(0, 40))).toEqual([expect.stringContaining("turn 3 failed over"), expect.stringContaining("short-prefix conversation not pinned")]);
+  });
+
+  it("a first turn failed over, the conversation then pinned where it landed: 0, with a note", () => {
+    const short = withRoutes(pinnedShort, ["spread,failover", "pin", "pin", "pin"]);
+    const { verdict } = viaVerdict([pinnedLong, short]);
+    expect(verdict.code).toBe(0);
+    expect(verdict.notes.join(" ")).toContain("short conversation: turn 1 failed over, without moving the conversation");
   });
 
   it("a turn without the router's header is never counted as pinned", () => {

@@ -53,48 +53,58 @@ type Expect = [number, string, RegExp] | [number, "parser"] | ["closed"];
 
 const CASES: [string, Uint8Array | Uint8Array[], Expect][] = [
   // bodies
-  ["invalid JSON", http("POST", "/v1/chat/completions", "{not json"), [400, "BadRequestError", /not valid JSON/]],
-  ["truncated JSON", http("POST", "/v1/chat/completions", `{"model":"sim-model","messages":[`), [400, "BadRequestError", /not valid JSON/]],
-  ["invalid UTF-8", http("POST", "/v1/chat/completions", new Uint8Array([...utf8(`{"model":"sim-model","messages":[{"role":"user","content":"`), 0xff, 0xfe, ...utf8(`"}]}`)])), [400, "BadRequestError", /not valid UTF-8/]],
-  ["an empty body", http("POST", "/v1/chat/completions", ""), [400, "BadRequestError", /empty/]],
-  ["a JSON array", http("POST", "/v1/chat/completions", "[]"), [400, "BadRequestError", /must be a JSON object/]],
-  ["a JSON string", http("POST", "/v1/completions", `"hello"`), [400, "BadRequestError", /must be a JSON object/]],
-  ["JSON null", http("POST", "/v1/responses", "null"), [400, "BadRequestError", /must be a JSON object/]],
-  ["a JSON number", http("POST", "/v1/embeddings", "42"), [400, "BadRequestError", /must be a JSON object/]],
-  ["model is a number", http("POST", "/v1/chat/completions", chat({ model: 5 })), [400, "BadRequestError", /`model` must be a string, not number/]],
-  ["messages is a string", http("POST", "/v1/chat/completions", chat({ messages: "hi" })), [400, "BadRequestError", /`messages` must be an array, not string/]],
-  ["stream is a string", http("POST", "/v1/chat/completions", chat({ stream: "yes" })), [400, "BadRequestError", /`stream` must be a boolean/]],
-  ["stream_options is a string", http("POST", "/v1/chat/completions", chat({ stream: true, stream_options: "usage" })), [400, "BadRequestError", /`stream_options` must be an object/]],
-  ["previous_response_id is a number", http("POST", "/v1/responses", JSON.stringify({ model: "sim-model", input: "x", previous_response_id: 42 })), [400, "BadRequestError", /`previous_response_id` must be a string/]],
-  ["prompt_cache_key is an object", http("POST", "/v1/chat/completions", chat({ prompt_cache_key: {} })), [400, "BadRequestError", /`prompt_cache_key` must be a string/]],
-  ["10,000 levels of nesting", http("POST", "/v1/chat/completions", nested(10_000)), [400, "BadRequestError", /deeper than 128 levels/]],
-  ["129 levels of nesting", http("POST", "/v1/chat/completions", nested(127)), [400, "BadRequestError", /deeper than 128 levels/]],
+  ["invalid JSON", http("POST", "/v1/chat/completions", "{not json"), [400, "invalid_request_error", /not valid JSON/]],
+  ["truncated JSON", http("POST", "/v1/chat/completions", `{"model":"sim-model","messages":[`), [400, "invalid_request_error", /not valid JSON/]],
+  ["invalid UTF-8", http("POST", "/v1/chat/completions", new Uint8Array([...utf8(`{"model":"sim-model","messages":[{"role":"user","content":"`), 0xff, 0xfe, ...utf8(`"}]}`)])), [400, "invalid_request_error", /not valid UTF-8/]],
+  ["an empty body", http("POST", "/v1/chat/completions", ""), [400, "invalid_request_error", /empty/]],
+  ["a JSON array", http("POST", "/v1/chat/completions", "[]"), [400, "invalid_request_error", /must be a JSON object/]],
+  ["a JSON string", http("POST", "/v1/completions", `"hello"`), [400, "invalid_request_error", /must be a JSON object/]],
+  ["JSON null", http("POST", "/v1/responses", "null"), [400, "invalid_request_error", /must be a JSON object/]],
+  ["a JSON number", http("POST", "/v1/embeddings", "42"), [400, "invalid_request_error", /must be a JSON object/]],
+  ["model is a number", http("POST", "/v1/chat/completions", chat({ model: 5 })), [400, "invalid_request_error", /`model` must be a string, not number/]],
+  ["messages is a string", http("POST", "/v1/chat/completions", chat({ messages: "hi" })), [400, "invalid_request_error", /`messages` must be an array, not string/]],
+  ["stream is a string", http("POST", "/v1/chat/completions", chat({ stream: "yes" })), [400, "invalid_request_error", /`stream` must be a boolean/]],
+  ["stream_options is a string", http("POST", "/v1/chat/completions", chat({ stream: true, stream_options: "usage" })), [400, "invalid_request_error", /`stream_options` must be an object/]],
+  ["previous_response_id is a number", http("POST", "/v1/responses", JSON.stringify({ model: "sim-model", input: "x", previous_response_id: 42 })), [400, "invalid_request_error", /`previous_response_id` must be a string/]],
+  ["prompt_cache_key is an object", http("POST", "/v1/chat/completions", chat({ prompt_cache_key: {} })), [400, "invalid_request_error", /`prompt_cache_key` must be a string/]],
+  ["10,000 levels of nesting", http("POST", "/v1/chat/completions", nested(10_000)), [400, "invalid_request_error", /deeper than 128 levels/]],
+  ["129 levels of nesting", http("POST", "/v1/chat/completions", nested(127)), [400, "invalid_request_error", /deeper than 128 levels/]],
   ["invalid JSON on /v1/messages (Anthropic's error shape)", http("POST", "/v1/messages", "{"), [400, "invalid_request_error", /not valid JSON/]],
+  // a lone surrogate: not text (llama.cpp answers 500; Go's JSON, Ollama's, would change it to U+FFFD)
+  ["a lone high surrogate in a chat message", http("POST", "/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"a\\ud800b"}]}`), [400, "invalid_request_error", /lone UTF-16 surrogate/]],
+  ["a lone low surrogate in a prompt", http("POST", "/v1/completions", `{"model":"sim-model","prompt":"\\uDC00","max_tokens":1}`), [400, "invalid_request_error", /lone UTF-16 surrogate/]],
+  ["a lone surrogate in a key, on /v1/messages", http("POST", "/v1/messages", `{"model":"sim-model","max_tokens":1,"messages":[{"role":"user","content":"x"}],"metadata":{"\\ud83d":1}}`), [400, "invalid_request_error", /lone UTF-16 surrogate/]],
+  // each endpoint's required field (required by the API, refused by every engine)
+  ["a chat without messages", http("POST", "/v1/chat/completions", JSON.stringify({ model: "sim-model", max_tokens: 1 })), [400, "invalid_request_error", /^`messages` is required$/]],
+  ["a completion without a prompt", http("POST", "/v1/completions", JSON.stringify({ model: "sim-model", max_tokens: 1 })), [400, "invalid_request_error", /^`prompt` is required \(or `prompt_embeds`\)$/]],
+  ["an Anthropic message without messages", http("POST", "/v1/messages", JSON.stringify({ model: "sim-model", max_tokens: 1 })), [400, "invalid_request_error", /^`messages` is required$/]],
+  ["a response without input", http("POST", "/v1/responses", JSON.stringify({ model: "sim-model" })), [400, "invalid_request_error", /^`input` is required$/]],
+  ["a body over max_body on /v1/messages (Anthropic's type)", http("POST", "/v1/messages", "x".repeat(1_100_000)), [413, "request_too_large", /larger than server.max_body/]],
   [
     "10,000 messages (passed on: the engine's context limit)",
     http("POST", "/v1/chat/completions", JSON.stringify({ model: "sim-model", max_tokens: 1, messages: Array.from({ length: 10_000 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `m${i}` })) })),
     [400, "BadRequestError", /maximum context length is 4096 tokens/],
   ],
-  ["a body over max_body, announced", http("POST", "/v1/chat/completions", "x".repeat(1_100_000)), [413, "Request Entity Too Large", /larger than server.max_body/]],
+  ["a body over max_body, announced", http("POST", "/v1/chat/completions", "x".repeat(1_100_000)), [413, "invalid_request_error", /larger than server.max_body/]],
   [
     "a body over max_body, chunked",
     http("POST", "/v1/chat/completions", `${(1_100_000).toString(16)}\r\n${"x".repeat(1_100_000)}\r\n0\r\n\r\n`, ["Content-Type: application/json", "Transfer-Encoding: chunked"]),
-    [413, "Request Entity Too Large", /larger than server.max_body/],
+    [413, "invalid_request_error", /larger than server.max_body/],
   ],
   [
     "a slow-loris body (10 of 100 bytes, then nothing)",
     [http("POST", "/v1/chat/completions", "", ["Content-Type: application/json", "Content-Length: 100"]), utf8(`{"model":`)],
-    [408, "RequestTimeoutError", /did not arrive within/],
+    [408, "invalid_request_error", /did not arrive within/],
   ],
-  ["an unknown model", http("POST", "/v1/chat/completions", chat({ model: "gpt-9" })), [404, "NotFoundError", /does not exist on any replica/]],
+  ["an unknown model", http("POST", "/v1/chat/completions", chat({ model: "gpt-9" })), [404, "not_found_error", /does not exist on any replica/]],
   // methods and paths
-  ["GET on a POST endpoint", http("GET", "/v1/chat/completions"), [405, "Method Not Allowed", /takes POST/]],
-  ["PUT on a POST endpoint", http("PUT", "/v1/completions", chat({})), [405, "Method Not Allowed", /takes POST/]],
+  ["GET on a POST endpoint", http("GET", "/v1/chat/completions"), [405, "invalid_request_error", /takes POST/]],
+  ["PUT on a POST endpoint", http("PUT", "/v1/completions", chat({})), [405, "invalid_request_error", /takes POST/]],
   ["DELETE on a POST endpoint", http("DELETE", "/v1/messages"), [405, "invalid_request_error", /takes POST/]],
-  ["an unknown path", http("GET", "/v2/models"), [404, "NotFoundError", /no route for GET \/v2\/models/]],
-  ["a malformed percent-escape in a response id", http("GET", "/v1/responses/%E0%A4%A"), [400, "BadRequestError", /response id in the path is not valid percent-encoding: %E0%A4%A/]],
-  ["a percent-escape of invalid UTF-8 in a response id", http("DELETE", "/v1/responses/resp_%FF/input_items"), [400, "BadRequestError", /not valid percent-encoding/]],
-  ["the root", http("GET", "/"), [404, "NotFoundError", /no route/]],
+  ["an unknown path", http("GET", "/v2/models"), [404, "not_found_error", /no route for GET \/v2\/models/]],
+  ["a malformed percent-escape in a response id", http("GET", "/v1/responses/%E0%A4%A"), [400, "invalid_request_error", /response id in the path is not valid percent-encoding: %E0%A4%A/]],
+  ["a percent-escape of invalid UTF-8 in a response id", http("DELETE", "/v1/responses/resp_%FF/input_items"), [400, "invalid_request_error", /not valid percent-encoding/]],
+  ["the root", http("GET", "/"), [404, "not_found_error", /no route/]],
   ["an unknown method", http("FOO", "/v1/chat/completions"), ["closed"]],
   // malformed HTTP: Bun's parser
   ["a bare CR in a header value (CRLF injection)", utf8("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\rInjected: b\r\n\r\n"), [400, "parser"]],
@@ -137,6 +147,21 @@ describe("bad input: the documented 4xx, and the router stays up", () => {
     expect(log.records.slice(from).map((r) => [r.level, r.msg, r.fields.status, r.fields.outcome])).toEqual([["info", "request", 400, "rejected"]]);
     const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     expect(metrics).toMatch(/llmroute_requests_total\{[^}]*status="400"[^}]*outcome="rejected"[^}]*\} [1-9]/);
+  });
+
+  it.each([
+    ["a surrogate pair (an emoji written as two escapes)", "/v1/chat/completions", `{"model":"sim-model","max_tokens":1,"messages":[{"role":"user","content":"\\ud83d\\ude00"}]}`],
+    ["an escaped backslash before 'ud800' (text, not an escape)", "/v1/chat/completions", `{"model":"sim-model","max_tokens":1,"messages":[{"role":"user","content":"\\\\ud800"}]}`],
+    ["an empty messages array (llama.cpp serves it)", "/v1/chat/completions", `{"model":"sim-model","max_tokens":1,"messages":[]}`],
+    ["a chat without model (vLLM and llama.cpp use the one they serve)", "/v1/chat/completions", `{"max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`],
+    ["/v1/messages without max_tokens (llama.cpp serves it)", "/v1/messages", `{"model":"sim-model","messages":[{"role":"user","content":"hi"}]}`],
+    ["a completion with prompt_embeds and no prompt (vLLM's)", "/v1/completions", `{"model":"sim-model","max_tokens":1,"prompt_embeds":"AAAA"}`],
+  ])("what an engine accepts is passed on, not answered by the router: %s", async (_name, path, body) => {
+    const from = log.records.length;
+    await rawExchange(port, http("POST", path, body));
+    const line = await until(() => log.records.slice(from).find((r) => r.msg === "request"), "the request's log line");
+    expect(line.fields.replica).toBe("gpu0");
+    expect(line.fields.outcome).not.toBe("rejected");
   });
 
   it("an HTTP/1.0 request without Host is answered (it used to be a 500)", async () => {

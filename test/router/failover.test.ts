@@ -372,7 +372,7 @@ describe("no live replica", () => {
     const router = await startRouterInProcess([{ name: "gone", url: await closedPort() }]);
     const error = await router.client().chat.completions.create(ask("anyone?")).catch((e) => e);
     expect(error.status).toBe(503);
-    expect(error.error).toMatchObject({ type: "ServiceUnavailableError", code: 503 });
+    expect(error.error).toMatchObject({ type: "unavailable_error", code: 503 });
     const anthropic = new Anthropic({ baseURL: router.url, apiKey: "unused", maxRetries: 0 });
     const aerr = await anthropic.messages.create({ model: "sim-model", max_tokens: 1, messages: [{ role: "user", content: "x" }] }).catch((e) => e);
     expect(aerr.status).toBe(503);

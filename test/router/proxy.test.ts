@@ -133,11 +133,11 @@ describe("routing through the router", () => {
 });
 
 describe("bad input gets the API's error JSON, and the router stays up", () => {
-  it("unknown model → 404 NotFoundError (OpenAI client)", async () => {
+  it("unknown model → 404 not_found_error (OpenAI client)", async () => {
     const error = await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch((e) => e);
     expect(error).toBeInstanceOf(OpenAI.NotFoundError);
     expect(error.status).toBe(404);
-    expect(error.error).toMatchObject({ type: "NotFoundError", param: "model", code: 404 });
+    expect(error.error).toMatchObject({ type: "not_found_error", param: "model", code: 404 });
   });
 
   it("unknown model on /v1/messages → Anthropic error JSON", async () => {
@@ -150,7 +150,7 @@ describe("bad input gets the API's error JSON, and the router stays up", () => {
   it("invalid JSON → 400", async () => {
     const res = await fetch(`${router.url}/v1/chat/completions`, { method: "POST", body: "{not json", headers: { "content-type": "application/json" } });
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ error: { type: "BadRequestError", code: 400 } });
+    expect(await res.json()).toMatchObject({ error: { type: "invalid_request_error", code: 400 } });
   });
 
   it("a body over server.max_body → 413 without reading it all", async () => {

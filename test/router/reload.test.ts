@@ -6,7 +6,7 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import type { StatusDocument } from "../../src/ops/telemetry.ts";
-import { routerToml, startRouterInProcess, startSimInProcess, until, type LocalRouter, type ReplicaSpec, type Router } from "../helpers/fleet.ts";
+import { logRecords, routerToml, startRouterInProcess, startSimInProcess, until, type LocalRouter, type ReplicaSpec, type Router } from "../helpers/fleet.ts";
 import { killAll } from "../helpers/proc.ts";
 import { rawResponse, startRawReplica } from "../helpers/raw-http.ts";
 
@@ -27,6 +27,18 @@ const ask = (router: Router, content: string, extra: Record<string, unknown> = {
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: "sim-model", messages: [{ role: "user", content }, { role: "assistant", content: "ok" }, { role: "user", content: "go on" }], max_tokens: 2, ...extra }),
   });
+
+describe("what a reload says", () => {
+  it("the log line names every changed key in full (a deadline, a replica's URL) and what needs a restart apart", async () => {
+    const [gpu0, gpu1, gpu2] = await Promise.all([startSimInProcess("gpu0"), startSimInProcess("gpu1"), startSimInProcess("gpu2")]);
+    const router = await startRouterInProcess([gpu0, gpu1]);
+    await Bun.write(router.configPath, routerToml([gpu0, { name: "gpu1", url: gpu2.url }], `[server]\nlog_format = "human"\n[routing]\nfirst_byte_timeout = "2m"\n`));
+    await router.reload();
+    const reloaded = await until(() => logRecords(router, "config reloaded")[0], "the reload's log line");
+    expect(reloaded.changed).toBe("routing.first_byte_timeout,replica[gpu1].url");
+    expect(logRecords(router, "reload: these settings need a restart and keep their old values")[0]?.keys).toBe("server.log_format");
+  });
+});
 
 describe.concurrent("reload during a request", () => {
   it("the failover target was removed by a reload meanwhile: the request is served by it (200, was a 500) and nothing is remembered", async () => {

@@ -81,7 +81,7 @@ describe.concurrent("before the first byte: the deadline fails the request over"
     const error = await router.client().chat.completions.create(ask("nobody answers")).catch((e) => e);
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect(error.status).toBe(504);
-    expect(error.error).toMatchObject({ type: "GatewayTimeoutError", code: 504 });
+    expect(error.error).toMatchObject({ type: "server_error", code: 504 });
     expect(error.error.message).toContain("gpu0: no first byte within 2s");
     expect(await until(() => logRecords(router, "request")[0], "the log line")).toMatchObject({ status: 504, outcome: "timeout" });
   });

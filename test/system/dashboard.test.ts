@@ -325,6 +325,19 @@ describe("the page fed known data (the router's own document, its figures replac
     await t.page.close();
   });
 
+  it("delivered above captured is explained under the bars, and the words go when it is not", async () => {
+    const base = await real();
+    const doc = { ...base, recent: { ...base.recent, hits: { ...base.recent.hits, available: 0.5, captured: 0.2, delivered: 0.6, prompt_tokens: 10_000, cached_tokens: 6_000 } } };
+    const t = await fedTab(() => doc);
+    const note = t.page.locator("#hits-above");
+    await note.waitFor({ state: "visible" });
+    expect(await note.textContent()).toStartWith("Delivered above captured: the engines found more cached than the router's index predicted — a shared preamble");
+    doc.recent = { ...doc.recent, hits: { ...doc.recent.hits, delivered: 0.15, cached_tokens: 1_500 } };
+    await note.waitFor({ state: "hidden" });
+    expect(t.errors).toEqual([]);
+    await t.page.close();
+  });
+
   it("routes: share and count beside each bar, in a fixed order; a reason that leaves the window keeps its row at 0", async () => {
     const base = await real();
     let routes = [
