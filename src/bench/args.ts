@@ -6,7 +6,7 @@
 import type { ArgsDef } from "citty";
 import { POLICY_NAMES, type PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
-import { DEFAULT_ENGINE, ENGINE_PROFILES, TEMPLATES, type EngineProfileName, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINE_PROFILES, PROFILES, TEMPLATES, type EngineProfileName, type ProfileName, type TemplateName } from "../sim/index.ts";
 import { TRACE_DEFAULTS, TRACE_SHAPES, type TraceSpec } from "./trace.ts";
 import { agentFirstTokens, type AgentSpec, type BurstSpec, type LadderSpec, type SharedSpec } from "./workloads.ts";
 
@@ -49,6 +49,8 @@ export interface BenchOptions {
   engines: EngineProfileName[];
   /** Sim chat template modes, crossed with `engines` (sims only). */
   templates: TemplateName[];
+  /** The card (and model) every sim is sized as: KV, prefill and decode rates, sequences (sims only). */
+  card: ProfileName;
   /** What the bench routers' router.toml says of each sim's kv_tokens (sims only). */
   kvTokens: KvTokensSetting;
   workloads: WorkloadName[];
@@ -230,6 +232,10 @@ export const benchArgs = {
     type: "string",
     description: `Sims: comma-separated chat template modes, crossed with --engine (default chatml; any of ${TEMPLATES.join(", ")})`,
   },
+  card: {
+    type: "string",
+    description: `Sims: the card and model each sim is sized as (default ${DEFAULT_PROFILE}; any of ${Object.keys(PROFILES).join(", ")}: h100-8b = Llama-3.1-8B on one H100, 4xh100-70b = Llama-3.1-70B on four)`,
+  },
   "kv-tokens": {
     type: "string",
     description: "Sims: what the routers' router.toml says of each replica's kv_tokens: none (default: discovered from the engine or learnt), true (the sims' real KV), or Fx (F times the real KV, e.g. 6x)",
@@ -358,6 +364,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     oracle: raw.oracle !== false,
     engines: list("engine", ENGINE_PROFILES, [DEFAULT_ENGINE]),
     templates: list("template", TEMPLATES, ["chatml"]),
+    card: list("card", Object.keys(PROFILES) as ProfileName[], [DEFAULT_PROFILE])[0]!,
     kvTokens: kvTokensOf(str("kv-tokens"), problems),
     // A trace alone runs alone; --workload says otherwise.
     workloads: list("workload", WORKLOAD_NAMES, str("trace") ? ["trace"] : DEFAULT_WORKLOADS),
@@ -452,11 +459,12 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   for (const f of options.capacity.families) fits(`capacity family of ${f}`, { ...options.capacity, contextTokens: f }, "--families, --family-turns");
   // The sims' knobs mean nothing to replicas the user runs: say so rather than ignore them.
   if (options.config !== undefined) {
-    for (const key of ["engine", "template", "kv-tokens"] as const) {
+    for (const key of ["engine", "template", "kv-tokens", "card"] as const) {
       if (str(key) !== undefined) problems.push(`--${key}: only with simulated replicas (--config benches the replicas as they are, with its own kv_tokens)`);
     }
   }
   const traceFlags = (Object.keys(benchArgs) as (keyof typeof benchArgs)[]).filter((k) => k.startsWith("trace") && str(k) !== undefined);
+  if (str("card")?.includes(",")) problems.push(`--card ${JSON.stringify(str("card"))}: one card a bench`);
   if (options.workloads.includes("trace")) {
     if (options.trace.file === "") problems.push("--workload trace: needs --trace FILE (a Mooncake-format JSONL trace)");
     if (options.trace.sample < 1) problems.push(`--trace-sample ${options.trace.sample}: must be >= 1 (keep 1 of every K conversations)`);

@@ -671,6 +671,13 @@ export function kvTokensText(label: string, realKv: number): string {
   return `router.toml kv_tokens: ${label.replace(/x$/, "×")} the sims' real KV (${int(realKv * factor)})`;
 }
 
+/** What a card profile simulates, in words: "3090-class", "h100-8b (Llama-3.1-8B on one H100)". */
+export function cardText(card: string | undefined): string {
+  const what: Record<string, string> = { "h100-8b": "Llama-3.1-8B on one H100", "4xh100-70b": "Llama-3.1-70B on four H100s" };
+  if (card === undefined || card === "3090") return "3090-class";
+  return what[card] ? `${card} (${what[card]})` : card;
+}
+
 /** Where and how long: the report's first lines. */
 export function describeRun(blocks: readonly EngineBlock[], runs: number): { title: string; where: string } {
   const first = blocks[0]!.result;
@@ -686,7 +693,7 @@ export function describeRun(blocks: readonly EngineBlock[], runs: number): { tit
           ? `, engine profile ${setups[0]!.engine}, chat template ${setups[0]!.template}`
           : `, fresh for each engine setup (${blocks.map((b) => b.label).join("; ")})`;
     where =
-      `${t.replicas.length} simulated 3090-class replicas (${int(kv)} KV tokens each)${engines}` +
+      `${t.replicas.length} simulated ${cardText(setups[0]?.card)} replicas (${int(kv)} KV tokens each)${engines}` +
       `${setups[0] ? `; ${kvTokensText(setups[0].kvTokens, kv)}` : ""}; time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`;
   } else where = `${t.replicas.length} replicas from ${first.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
   const elapsed = blocks.reduce((a, b) => a + b.result.elapsedS, 0);

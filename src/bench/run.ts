@@ -117,8 +117,8 @@ export interface BenchResult {
     timeScale: number;
     model: string;
     engine?: string;
-    /** Sims: the engine profile, the chat template and what the routers' router.toml said of kv_tokens ("none", "true", "6x"). */
-    sim?: { engine: string; template: string; kvTokens: string };
+    /** Sims: the engine profile, the chat template, what the routers' router.toml said of kv_tokens ("none", "true", "6x"), and the card they were sized as. */
+    sim?: { engine: string; template: string; kvTokens: string; card: string };
   };
   options: BenchOptions;
   startedAt: string;
@@ -227,7 +227,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
       timeScale: target.timeScale,
       model: target.model,
       ...(target.engine ? { engine: target.engine } : {}),
-      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens) } } : {}),
+      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens), card: target.sim.card } } : {}),
     },
     options,
     startedAt,

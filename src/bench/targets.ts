@@ -14,7 +14,7 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
-import { DEFAULT_ENGINE, startSim, startSimFleet, type EngineProfileName, type SimOptions, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, startSim, startSimFleet, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
 import type { KvTokensSetting } from "./args.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
 import { routerFleetArm, type RouterFleetOptions } from "./routers.ts";
@@ -49,8 +49,8 @@ export interface Target {
   model: string;
   /** What engine (and version) the replicas run, as discovered: the report names it. */
   engine?: string;
-  /** Sims: the engine profile and chat template they imitate, and what the routers' router.toml says of their KV. */
-  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting };
+  /** Sims: the engine profile and chat template they imitate, the card they are sized as, and what the routers' router.toml says of their KV. */
+  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting; card: ProfileName };
   /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
@@ -268,6 +268,8 @@ export interface SimTargetOptions {
   engine?: EngineProfileName;
   /** Their chat template mode (default chatml). */
   template?: TemplateName;
+  /** The card profile each sim is sized as (default 3090). */
+  card?: ProfileName;
   /** What the routers' router.toml says of each sim's kv_tokens (default none). */
   kvTokens?: KvTokensSetting;
   /** Every arm's router serves /status and /dashboard here (one after the other), so the address stays. */
@@ -276,12 +278,13 @@ export interface SimTargetOptions {
   fleet?: RouterFleetOptions;
 }
 
-/** N simulated 3090-class replicas in this process. */
+/** N simulated replicas in this process, sized as `card` (3090-class by default). */
 export async function simTarget(options: SimTargetOptions): Promise<Target> {
   const engine = options.engine ?? DEFAULT_ENGINE;
   const template = options.template ?? "chatml";
   const kvTokens = options.kvTokens ?? { kind: "none" };
-  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: "3090", timeScale: options.timeScale, engine, template });
+  const card = options.card ?? DEFAULT_PROFILE;
+  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: card, timeScale: options.timeScale, engine, template });
   // The pooled arm's one sim, started when first asked for; reset and counted with the others.
   let pooled: SimServer | undefined;
   const all = () => (pooled ? [...sims, pooled] : sims);
@@ -301,7 +304,7 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     replicas,
     timeScale: options.timeScale,
     model,
-    sim: { engine, template, kvTokens },
+    sim: { engine, template, kvTokens, card },
     async reset() {
       await Promise.all(
         all().map(async (s) => {

@@ -12,7 +12,9 @@ import { armOrder, armsOf } from "../../src/bench/run.ts";
 import { parseBenchArgs } from "../../src/bench/args.ts";
 import { findConversations, keeps, loadTrace, parseTraceLine, planTrace, readTrace, sharedPreamble, TRACE_DEFAULTS, type TraceRecord, type TraceSpec } from "../../src/bench/trace.ts";
 import { blockText, recordText, traceMessages } from "../../src/bench/trace-text.ts";
-import { renderChat } from "../../src/sim/index.ts";
+import { renderChat, resolveSimOptions } from "../../src/sim/index.ts";
+import { pooledSimOptions } from "../../src/bench/targets.ts";
+import { cardText } from "../../src/bench/report.ts";
 import { smallTraceText, SMALL_TRACE_BLOCK_TOKENS } from "../../scripts/make-small-trace.ts";
 import { tempDir } from "../helpers/tmp.ts";
 
@@ -357,5 +359,36 @@ describe("arms and their order", () => {
     expect(armsOf("agent", o, { kind: "sim" })).toEqual(["roundrobin", "hybrid", "oracle"]);
     expect(armsOf("trace", o, { kind: "config" })).toEqual(["roundrobin", "hybrid"]);
     expect(armsOf("trace", parseBenchArgs({ trace: "t.jsonl", pooled: false }), { kind: "sim" })).not.toContain("pooled");
+  });
+});
+
+describe("card profiles and the pooled sim", () => {
+  it("h100-8b and 4xh100-70b: the KV, rates and sequences of their sources; the card's step budget over the engine profile's", () => {
+    const h100 = resolveSimOptions({ profile: "h100-8b", engine: "vllm-details" });
+    expect([h100.kvTokens, h100.prefillTps, h100.decodeTps, h100.maxSeqs, h100.decodeBatchSlowdown, h100.prefillChunkTokens, h100.maxModelLen]).toEqual([467_280, 50_000, 170, 1_024, 0.08, 8_192, 131_072]);
+    // Llama-3.1-8B bf16: 2 × 32 layers × 8 KV heads × 128 dims × 2 bytes = 128 KiB a token; 467,280 tokens = 57 GiB of an 80 GB card.
+    expect((h100.kvTokens * 2 * 32 * 8 * 128 * 2) / 2 ** 30).toBeCloseTo(57.0, 1);
+    const h70 = resolveSimOptions({ profile: "4xh100-70b", engine: "sglang" });
+    expect([h70.kvTokens, h70.prefillTps, h70.decodeTps, h70.prefillChunkTokens]).toEqual([468_000, 11_500, 80, 8_192]);
+    // The 3090 keeps its engine's budget (vLLM below H100 class: 2,048).
+    expect(resolveSimOptions({ profile: "3090", engine: "vllm-details" }).prefillChunkTokens).toBe(2_048);
+    expect(cardText("h100-8b")).toBe("h100-8b (Llama-3.1-8B on one H100)");
+    expect(cardText("3090")).toBe("3090-class");
+  });
+
+  it("--card picks the profile for the sims; not with --config", () => {
+    expect(parseBenchArgs({}).card).toBe("3090");
+    expect(parseBenchArgs({ card: "4xh100-70b" }).card).toBe("4xh100-70b");
+    expect(() => parseBenchArgs({ card: "a100" })).toThrow(/--card "a100": unknown "a100"; choose from 3090, h100-8b, 4xh100-70b, tiny/);
+    expect(() => parseBenchArgs({ config: "router.toml", card: "h100-8b" })).toThrow(/--card: only with simulated replicas/);
+  });
+
+  it("the pooled sim: N cards' KV, prefill and sequences, decode slowdown ÷ N; llama.cpp's slots and RAM cache × N", () => {
+    const card = resolveSimOptions({ profile: "h100-8b", engine: "vllm-details" });
+    expect(pooledSimOptions(card, 4)).toMatchObject({ name: "pooled", kvTokens: 4 * 467_280, prefillTps: 200_000, maxSeqs: 4_096, decodeBatchSlowdown: 0.02, decodeTps: 170, maxModelLen: 131_072 });
+    const slots = resolveSimOptions({ profile: "3090", engine: "llamacpp" });
+    expect(pooledSimOptions(slots, 2)).toMatchObject({ parallel: 8, kvUnified: true, kvTokens: 2 * 122_636, cacheRam: 2 * 8_192 });
+    // It resolves: a sim can start with it.
+    expect(resolveSimOptions(pooledSimOptions(card, 4)).kvTokens).toBe(1_869_120);
   });
 });
