@@ -112,11 +112,20 @@ describe("a trace replayed on two sims, chat-shaped, two runs", () => {
 });
 
 describe("flat-shaped, one run", () => {
-  it("one user message a request; the same n and columns", async () => {
-    const out = await bench(parseBenchArgs({ trace: SMALL, ...window, "trace-shape": "flat", policies: "hybrid", oracle: false, pooled: false }), { out: () => {}, progress: { status: () => {}, line: () => {} } }, target);
+  it("one user message a request; the same n and columns, in the HTML report too", async () => {
+    const report = join(await tempDir("llmroute-trace-flat-"), "report.html");
+    const out = await bench(
+      parseBenchArgs({ trace: SMALL, ...window, "trace-shape": "flat", policies: "hybrid", oracle: false, pooled: false, report }),
+      { out: () => {}, progress: { status: () => {}, line: () => {} } },
+      target,
+    );
     expect(out.errors).toBe(0);
     expect(out.blocks[0]!.summaries[0]!.arms.map((a) => a.arm)).toEqual(["hybrid"]);
     expect(out.text).toContain("÷ pooled");
+    const html = await Bun.file(report).text();
+    expect(html).toContain("trace — a production trace replayed");
+    // The TTFT distribution of the measured requests only.
+    expect(html).toContain(`hybrid (n=${out.blocks[0]!.summaries[0]!.arms[0]!.trace!.n})`);
   });
 });
 
