@@ -20,6 +20,9 @@
  * then in flight (their bodies are memory too).
  */
 import { heapStats } from "bun:jsc";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { quantile } from "../src/bench/stats.ts";
 import { sendChat } from "../src/bench/client.ts";
@@ -119,8 +122,8 @@ async function main(): Promise<void> {
   const fleet = spawnCli(["sim", "--replicas", String(sims), "--base-port", "0", "--profile", values.card!, "--time-scale", String(1 / speed)]);
   const urls: string[] = [];
   for (let i = 0; i < sims; i++) urls.push((await fleet.waitFor(new RegExp(`sim gpu${i} listening on (http://\\S+)`)))[1]!);
-  const dir = await Bun.$`mktemp -d /tmp/llmroute-trace-replay-XXXXXX`.text();
-  const toml = `${dir.trim()}/router.toml`;
+  const dir = await mkdtemp(join(tmpdir(), "llmroute-trace-replay-"));
+  const toml = join(dir, "router.toml");
   await Bun.write(
     toml,
     `[server]\nlisten = "127.0.0.1:0"\n[routing]\npolicy = "${values.policy}"\n[health]\ninterval = "${Math.max(100, Math.round(10_000 / speed))}ms"\n` +
@@ -197,4 +200,5 @@ async function main(): Promise<void> {
   await child.exited;
   fleet.proc.kill("SIGTERM");
   await fleet.proc.exited;
+  await rm(dir, { recursive: true, force: true });
 }
