@@ -6,11 +6,14 @@
 import type { ArgsDef } from "citty";
 import { POLICY_NAMES, type PolicyName } from "../route/options.ts";
 import { LlmrouteError } from "../errors.ts";
-import { DEFAULT_ENGINE, ENGINE_PROFILES, TEMPLATES, type EngineProfileName, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, ENGINE_PROFILES, PROFILES, TEMPLATES, type EngineProfileName, type ProfileName, type TemplateName } from "../sim/index.ts";
+import { TRACE_DEFAULTS, TRACE_SHAPES, type TraceSpec } from "./trace.ts";
 import { agentFirstTokens, type AgentSpec, type BurstSpec, type LadderSpec, type SharedSpec } from "./workloads.ts";
 
-export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity"] as const;
+export const WORKLOAD_NAMES = ["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity", "trace"] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+/** What runs without --workload: every workload the bench writes itself (a trace needs its file: --trace). */
+export const DEFAULT_WORKLOADS: readonly WorkloadName[] = WORKLOAD_NAMES.filter((w) => w !== "trace");
 
 /**
  * What the bench routers' router.toml says of each sim's KV (`--kv-tokens`): nothing (the
@@ -46,6 +49,8 @@ export interface BenchOptions {
   engines: EngineProfileName[];
   /** Sim chat template modes, crossed with `engines` (sims only). */
   templates: TemplateName[];
+  /** The card (and model) every sim is sized as: KV, prefill and decode rates, sequences (sims only). */
+  card: ProfileName;
   /** What the bench routers' router.toml says of each sim's kv_tokens (sims only). */
   kvTokens: KvTokensSetting;
   workloads: WorkloadName[];
@@ -56,6 +61,10 @@ export interface BenchOptions {
   pressured: SharedSpec;
   llmd: LadderSpec;
   capacity: { families: number[]; turns: number; turnTokens: number; replyTokens: number; systemTokens: number };
+  /** The trace to replay (`--trace`; file "" when none) and how. */
+  trace: TraceSpec;
+  /** Add the pooled arm to the trace workload (sims only): one sim with all N cards' KV, prefill and sequences. */
+  pooled: boolean;
   /** Whole bench repetitions, each with a fresh salt; the matrix gives their median. */
   runs: number;
   json?: string;
@@ -85,7 +94,9 @@ export interface MixedSpec {
 }
 
 /** The workloads' sizes (what --small replaces). */
-export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "agent" | "burst" | "mixed" | "shared" | "pressured" | "llmd" | "capacity">;
+export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "agent" | "burst" | "mixed" | "shared" | "pressured" | "llmd" | "capacity"> & {
+  trace: Omit<TraceSpec, "file">;
+};
 
 /**
  * Defaults. agent: the 90k-token conversation of the RTX 3090 measurement, a 2k-token tool result and a short
@@ -150,6 +161,10 @@ export const DEFAULTS: Sizes = {
     seed: 1,
   },
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
+  // trace: the whole file, as it came, every conversation, chat-shaped; replies capped at 512
+  // tokens, which keeps an hour of trace an hour of decode at 100 tokens/s (the Mooncake
+  // conversation trace's mean output is 343 tokens, its longest 2,000).
+  trace: TRACE_DEFAULTS,
 };
 
 const SEEDED = ["shared", "pressured", "llmd"] as const;
@@ -217,6 +232,10 @@ export const benchArgs = {
     type: "string",
     description: `Sims: comma-separated chat template modes, crossed with --engine (default chatml; any of ${TEMPLATES.join(", ")})`,
   },
+  card: {
+    type: "string",
+    description: `Sims: the card and model each sim is sized as (default ${DEFAULT_PROFILE}; any of ${Object.keys(PROFILES).join(", ")}: h100-8b = Llama-3.1-8B on one H100, 4xh100-70b = Llama-3.1-70B on four)`,
+  },
   "kv-tokens": {
     type: "string",
     description: "Sims: what the routers' router.toml says of each replica's kv_tokens: none (default: discovered from the engine or learnt), true (the sims' real KV), or Fx (F times the real KV, e.g. 6x)",
@@ -256,6 +275,17 @@ export const benchArgs = {
   "llmd-rates": { type: "string", description: `llmd: the ladder, comma-separated requests per model second (${DEFAULTS.llmd.rates.join(",")})` },
   "llmd-rung-requests": { type: "string", description: `llmd: requests per rung (${DEFAULTS.llmd.rungRequests})` },
   "llmd-warmup-rate": { type: "string", description: `llmd: rate of the warm-up, one full set of prompts (${DEFAULTS.llmd.warmupRate})` },
+  trace: { type: "string", description: "trace: a Mooncake-format JSONL trace to replay (timestamp, input_length, output_length, hash_ids a line); alone, it runs only the trace workload" },
+  "trace-block-tokens": { type: "string", description: `trace: tokens per hash id (${DEFAULTS.trace.blockTokens})` },
+  "trace-sample": { type: "string", description: "trace: keep each conversation with probability 1/K, whole (1 = all; half of K = twice the load, a superset)" },
+  "trace-seed": { type: "string", description: `trace: which conversations the sample keeps; the same in every run (${DEFAULTS.trace.sampleSeed})` },
+  "trace-speed": { type: "string", description: "trace: arrival speed, trace times divided by X (1)" },
+  "trace-start": { type: "string", description: "trace: the trace minute the replay starts at, warm-up first (0)" },
+  "trace-warmup-minutes": { type: "string", description: "trace: trace minutes sent but not measured before the window (0)" },
+  "trace-minutes": { type: "string", description: "trace: trace minutes measured after the warm-up (default: to the end)" },
+  "trace-shape": { type: "string", description: `trace: chat (earlier turns as messages, the preamble as system) or flat (one user message) (${DEFAULTS.trace.shape})` },
+  "trace-max-output": { type: "string", description: `trace: max_tokens = min(output_length, this) (${DEFAULTS.trace.maxOutput})` },
+  pooled: { type: "boolean", description: "trace on sims: add the pooled arm", negativeDescription: "trace: skip the pooled arm (one sim with all the cards' KV, prefill and sequences)", default: true },
   seed: { type: "string", description: "Seed of the shared, pressured and llmd arrivals and choices; run r uses seed + r − 1 (1)" },
   runs: { type: "string", description: "Repeat the whole bench N times, each with a fresh salt; the matrix shows the median and spread (1)" },
   json: { type: "string", description: "Write every sample and summary to this JSON file" },
@@ -334,8 +364,10 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     oracle: raw.oracle !== false,
     engines: list("engine", ENGINE_PROFILES, [DEFAULT_ENGINE]),
     templates: list("template", TEMPLATES, ["chatml"]),
+    card: list("card", Object.keys(PROFILES) as ProfileName[], [DEFAULT_PROFILE])[0]!,
     kvTokens: kvTokensOf(str("kv-tokens"), problems),
-    workloads: list("workload", WORKLOAD_NAMES, WORKLOAD_NAMES),
+    // A trace alone runs alone; --workload says otherwise.
+    workloads: list("workload", WORKLOAD_NAMES, str("trace") ? ["trace"] : DEFAULT_WORKLOADS),
     agent: {
       contextTokens: num("context-tokens", DEFAULTS.agent.contextTokens),
       turns: num("turns", DEFAULTS.agent.turns, "int", 2),
@@ -399,6 +431,19 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       replyTokens,
       systemTokens: system ?? DEFAULTS.capacity.systemTokens,
     },
+    trace: {
+      file: str("trace") ?? "",
+      blockTokens: num("trace-block-tokens", DEFAULTS.trace.blockTokens),
+      sample: num("trace-sample", DEFAULTS.trace.sample, "positive"),
+      sampleSeed: num("trace-seed", DEFAULTS.trace.sampleSeed, "int", 0),
+      speed: num("trace-speed", DEFAULTS.trace.speed, "positive"),
+      startMinutes: num("trace-start", DEFAULTS.trace.startMinutes, "nonneg"),
+      warmupMinutes: num("trace-warmup-minutes", DEFAULTS.trace.warmupMinutes, "nonneg"),
+      minutes: num("trace-minutes", DEFAULTS.trace.minutes, "positive"),
+      shape: list("trace-shape", TRACE_SHAPES, [DEFAULTS.trace.shape])[0]!,
+      maxOutput: num("trace-max-output", DEFAULTS.trace.maxOutput),
+    },
+    pooled: raw.pooled !== false,
     runs: num("runs", 1),
     ...(str("json") ? { json: str("json")! } : {}),
     ...(str("report") ? { report: str("report")! } : {}),
@@ -414,10 +459,17 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   for (const f of options.capacity.families) fits(`capacity family of ${f}`, { ...options.capacity, contextTokens: f }, "--families, --family-turns");
   // The sims' knobs mean nothing to replicas the user runs: say so rather than ignore them.
   if (options.config !== undefined) {
-    for (const key of ["engine", "template", "kv-tokens"] as const) {
+    for (const key of ["engine", "template", "kv-tokens", "card"] as const) {
       if (str(key) !== undefined) problems.push(`--${key}: only with simulated replicas (--config benches the replicas as they are, with its own kv_tokens)`);
     }
   }
+  const traceFlags = (Object.keys(benchArgs) as (keyof typeof benchArgs)[]).filter((k) => k.startsWith("trace") && str(k) !== undefined);
+  if (str("card")?.includes(",")) problems.push(`--card ${JSON.stringify(str("card"))}: one card a bench`);
+  if (options.workloads.includes("trace")) {
+    if (options.trace.file === "") problems.push("--workload trace: needs --trace FILE (a Mooncake-format JSONL trace)");
+    if (options.trace.sample < 1) problems.push(`--trace-sample ${options.trace.sample}: must be >= 1 (keep 1 of every K conversations)`);
+    if (str("trace-shape")?.includes(",")) problems.push(`--trace-shape ${JSON.stringify(str("trace-shape"))}: one shape a run (chat or flat); two shapes are two runs`);
+  } else if (traceFlags.length > 0) problems.push(`${traceFlags.map((k) => `--${k}`).join(", ")}: only with --workload trace`);
   const redis = str("redis");
   if (redis !== undefined && !/^rediss?:\/\/[^/]/.test(redis)) problems.push(`--redis ${JSON.stringify(redis)}: must be a redis:// or rediss:// URL`);
   else if (redis !== undefined && options.routers < 2) problems.push("--redis: only used with --routers 2 or more");

@@ -13,7 +13,8 @@ import { benchArgs, parseBenchArgs, runOptions, type BenchOptions } from "./args
 import { renderHtml } from "./html.ts";
 import { buildMatrix, stackMatrices, type Matrix } from "./matrix.ts";
 import { correctionSummary, engineBlock, renderText, type EngineBlock } from "./report.ts";
-import { runBench, setupLabel, type BenchResult, type Progress } from "./run.ts";
+import { armOrder, armsOf, runBench, setupLabel, type BenchResult, type Progress } from "./run.ts";
+import { loadTrace, type TracePlan } from "./trace.ts";
 import { configTarget, simTarget, type Target } from "./targets.ts";
 import { newRunId } from "./workloads.ts";
 import { ui } from "../ui.ts";
@@ -46,22 +47,25 @@ interface Setup {
  * sims; a given `target` (tests, the demo) is the one setup.
  */
 export async function bench(options: BenchOptions, io: BenchIo, target?: Target): Promise<BenchOutput> {
+  // A trace is read and checked whole before anything starts: a bad line stops the bench here.
+  const trace = options.workloads.includes("trace") ? await loadTrace(options.trace) : undefined;
+  if (trace) io.progress.line(traceLine(trace));
   // --routers N: the instances share a Redis; the bench starts one unless given --redis.
   let redis: RedisServer | undefined;
   if (target === undefined && options.routers > 1 && !options.redis) redis = await startRedisServer();
   const fleet = options.routers > 1 ? { routers: options.routers, redis: options.redis ?? redis!.url } : undefined;
   try {
     const blocks: EngineBlock[] = [];
-    if (target) blocks.push(await benchTarget(target, options, io, fleet, redis !== undefined));
+    if (target) blocks.push(await benchTarget(target, options, io, fleet, redis !== undefined, trace));
     else if (options.config) {
       const own = await configTarget(await loadConfigFile(options.config), options.model, fleet);
-      blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined).finally(() => own.stop()));
+      blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined, trace).finally(() => own.stop()));
     } else {
       const setups: Setup[] = options.engines.flatMap((engine) => options.templates.map((template) => ({ engine, template })));
       for (const setup of setups) {
         // Fresh sims for every setup: no engine starts from another's cache or counters.
-        const own = await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...setup, kvTokens: options.kvTokens, ...(fleet ? { fleet } : {}) });
-        blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined).finally(() => own.stop()));
+        const own = await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...setup, card: options.card, kvTokens: options.kvTokens, ...(fleet ? { fleet } : {}) });
+        blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined, trace).finally(() => own.stop()));
       }
     }
     const matrix = stackMatrices(blocks.map((b) => buildMatrix(b.perRun, b.label)));
@@ -79,23 +83,37 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
   }
 }
 
+/** What the replay sends: the file, its conversations and the sample, the window. */
+export function traceLine(plan: TracePlan): string {
+  const s = plan.spec;
+  const measured = plan.requests.filter((r) => !r.warmup).length;
+  const minutes = (ms: number) => (ms / 60_000).toFixed(ms % 60_000 === 0 ? 0 : 1);
+  const end = Number.isFinite(plan.window.endMs) ? minutes(plan.window.endMs) : "end";
+  return (
+    `trace ${s.file}: ${plan.records.length} requests in ${plan.conversations.count} conversations (preamble ${plan.conversations.preamble} block${plan.conversations.preamble === 1 ? "" : "s"} of ${s.blockTokens} tokens); ` +
+    `sample 1/${s.sample} keeps ${plan.keptConversations}; minutes ${minutes(plan.window.startMs)}–${end}` +
+    `${s.warmupMinutes > 0 ? ` (warm-up to ${minutes(plan.window.warmupEndMs)})` : ""}: ${plan.requests.length} requests sent, ${measured} measured; ` +
+    `speed ${s.speed}×, shape ${s.shape}, max_tokens ≤ ${s.maxOutput}`
+  );
+}
+
 function instancesLine(fleet: { routers: number }, started: boolean): string {
   return `router instances: ${fleet.routers} per arm, sharing ${started ? "a redis-server started by the bench" : "the Redis at --redis"}; requests spread round-robin`;
 }
 
 /** Every run of one target, as one row block. */
-async function benchTarget(target: Target, options: BenchOptions, io: BenchIo, fleet: { routers: number } | undefined, redisStarted: boolean): Promise<EngineBlock> {
+async function benchTarget(target: Target, options: BenchOptions, io: BenchIo, fleet: { routers: number } | undefined, redisStarted: boolean, trace?: TracePlan): Promise<EngineBlock> {
   const label = setupLabel(target.sim);
   const where = target.kind === "sim" ? `${target.replicas.length} sim replicas${label ? ` (${label})` : ""}, time scale ${target.timeScale}` : `${target.replicas.length} replicas of ${options.config}`;
-  const arms = [...options.policies, ...(options.oracle && target.kind === "sim" ? ["oracle"] : [])];
+  const arms = [...new Set(options.workloads.flatMap((w) => armsOf(w, options, target)))];
   const results: BenchResult[] = [];
   for (let r = 1; r <= options.runs; r++) {
     // A fresh run id is a fresh salt: no run measures another's warm cache.
     const run = newRunId();
     const which = options.runs > 1 ? ` (${r}/${options.runs})` : "";
-    io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${arms.join(", ")} on ${where}`);
+    io.progress.line(`bench run ${run}${which}: ${options.workloads.join(", ")} × ${armOrder(arms, r).join(", ")} on ${where}`);
     if (fleet) io.progress.line(instancesLine(fleet, redisStarted));
-    results.push(await runBench(target, runOptions(options, r), run, io.progress));
+    results.push(await runBench(target, runOptions(options, r), run, io.progress, { runIndex: r, ...(trace ? { trace } : {}) }));
   }
   return engineBlock(results, label);
 }

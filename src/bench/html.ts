@@ -32,6 +32,7 @@ const COLOURS: Record<string, string> = {
   "cache-aware": "#9467bd",
   "hybrid-plain": "#bcbd22",
   oracle: "#555555",
+  pooled: "#999999",
 };
 const colour = (arm: string) => COLOURS[arm] ?? "#17becf";
 
@@ -190,7 +191,8 @@ table.matrix th{background:#f6f6f6}table.matrix th:nth-child(-n+2){text-align:le
 
 function samplesOf(result: BenchResult, workload: WorkloadName): { arm: string; samples: Sample[] }[] {
   const w = result.workloads.find((x) => x.workload === workload);
-  return w ? w.arms.map((a) => ({ arm: a.arm, samples: a.samples.filter((s) => !s.error) })) : [];
+  // A trace's warm-up is sent, not measured.
+  return w ? w.arms.map((a) => ({ arm: a.arm, samples: a.samples.filter((s) => !s.error && !s.warmup) })) : [];
 }
 
 const SHADES: Record<Tier | "worst", string> = { best: "#c7e9c0", near: "#fff2b3", far: "#fdd0a2", worst: "#f4a3a3" };

@@ -58,7 +58,14 @@ export function keyFigure(workload: WorkloadName, s: ArmSummary): { value: numbe
       return s.ttft && { value: s.ttft.median, n: s.ttft.n, what: "TTFT p50", unit: "ms" };
     case "llmd":
       return s.ladder && { value: s.ladder.ttft.mean, n: s.ladder.ttft.n, what: "ladder TTFT mean", unit: "ms" };
+    case "trace":
+      return s.trace && { value: s.trace.ttft.p50, n: s.trace.ttft.n, what: "TTFT p50", unit: "ms" };
   }
+}
+
+/** A trace's second row: TTFT p90 (the tail a hot spot makes). */
+export function traceP90Figure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
+  return s.trace && { value: s.trace.ttft.p90, n: s.trace.ttft.n, what: "TTFT p90", unit: "ms" };
 }
 
 /** Burst wall p50 (mixed's second figure). */
@@ -73,9 +80,9 @@ export function fmt(value: number, unit: "ms" | "s"): string {
 
 type Figure = (workload: WorkloadName, s: ArmSummary) => ReturnType<typeof keyFigure>;
 
-/** A row per workload's headline; mixed also gets its burst wall, the other half of its trade. */
+/** A row per workload's headline; mixed also gets its burst wall, the other half of its trade; a trace its p90. */
 function figuresOf(workload: WorkloadName): Figure[] {
-  return workload === "mixed" ? [keyFigure, burstFigure] : [keyFigure];
+  return workload === "mixed" ? [keyFigure, burstFigure] : workload === "trace" ? [keyFigure, traceP90Figure] : [keyFigure];
 }
 
 /** `perRun[r]` is run r's workload summaries, in the same workload and arm order every run; `engine` names the row block. */

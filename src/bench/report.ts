@@ -10,6 +10,8 @@ import { SEEDED_WORKLOADS, type WorkloadName } from "./args.ts";
 import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
 import { burstFigure, fmt, keyFigure, matrixText, type Matrix } from "./matrix.ts";
 import { ratio, shares, summarize, type Summary } from "./stats.ts";
+import type { TraceYardstick } from "./pooled.ts";
+import { measuredOf, summarizeTraceArm, traceCardTable, TRACE_NOTE, traceTable, yardstickLine, type TraceArmSummary } from "./trace-report.ts";
 
 export interface ArmSummary {
   arm: string;
@@ -53,6 +55,8 @@ export interface ArmSummary {
   turns?: TurnPlacement;
   /** The KV the router believed each replica holds at the end of the arm (tokens; 0 = unknown). */
   kvBelieved?: Record<string, number>;
+  /** trace: the figures over the measured requests (trace-report.ts). */
+  trace?: TraceArmSummary;
   wallMs: number;
 }
 
@@ -231,15 +235,16 @@ const cachedShare = (samples: readonly Sample[]) => {
   return prompt === 0 ? NaN : samples.reduce((a, s) => a + s.cachedTokens, 0) / prompt;
 };
 
-export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: readonly string[]): ArmSummary {
-  const good = arm.samples.filter(ok);
+export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: readonly string[], yardstick?: TraceYardstick): ArmSummary {
+  // A trace's warm-up is sent, not measured: its requests count as errors only.
+  const good = (workload === "trace" ? measuredOf(arm.samples) : arm.samples).filter(ok);
   const turns = good.filter((s) => s.kind === "turn");
   const warmTurns = turns.filter((s) => s.index > 1);
   const others = good.filter((s) => s.kind !== "turn");
   const out: ArmSummary = {
     arm: arm.arm,
     requests: arm.samples.length,
-    errors: arm.samples.length - good.length,
+    errors: arm.samples.filter((s) => !ok(s)).length,
     cachedShare: cachedShare(workload === "agent" || workload === "mixed" || workload === "capacity" ? warmTurns : others),
     ...rates(good),
     hits: hitDecomposition(good, replicas),
@@ -279,6 +284,7 @@ export function summarizeArm(workload: WorkloadName, arm: ArmResult, replicas: r
   if (arm.arm !== "oracle") out.corrections = corrections(good, replicas);
   if (CONVERSING.has(workload)) out.turns = turnPlacement(turns);
   if (arm.kvBelieved) out.kvBelieved = arm.kvBelieved;
+  if (workload === "trace") out.trace = summarizeTraceArm(arm, replicas, yardstick);
   return out;
 }
 
@@ -312,16 +318,18 @@ export function routerCapacityWarnings(status: Pick<StatusDocument, "findings" |
 export interface WorkloadSummary {
   workload: WorkloadName;
   arms: ArmSummary[];
-  /** The best achievable hit rate, from the plan (shared, pressured, llmd). */
+  /** The best achievable hit rate, from the plan (shared, pressured, llmd; trace: the infinite cache). */
   ceiling?: number;
+  /** trace: the infinite and the pooled cache over the measured requests. */
+  yardstick?: TraceYardstick;
 }
 
 export function summarizeWorkload(w: WorkloadResult, replicas: readonly string[]): WorkloadSummary {
-  const arms = w.arms.map((a) => summarizeArm(w.workload, a, replicas));
+  const arms = w.arms.map((a) => summarizeArm(w.workload, a, replicas, w.yardstick));
   // What the engine could deliver: the oracle's placement, with perfect knowledge of the sims' caches.
   const oracle = arms.find((a) => a.arm === "oracle")?.turns?.delivered;
   if (oracle !== undefined) for (const a of arms) if (a.turns) a.turns.vsOracle = ratio(a.turns.delivered, oracle);
-  return { workload: w.workload, arms, ...(w.ceiling === undefined ? {} : { ceiling: w.ceiling }) };
+  return { workload: w.workload, arms, ...(w.ceiling === undefined ? {} : { ceiling: w.ceiling }), ...(w.yardstick ? { yardstick: w.yardstick } : {}) };
 }
 
 // --- headline ratios ------------------------------------------------------------------------
@@ -395,7 +403,7 @@ export function headlines(summaries: readonly WorkloadSummary[]): Headline[] {
   for (const w of summaries) {
     const oracle = arm(w, "oracle");
     if (!oracle) continue;
-    for (const a of w.arms) if (a.arm !== "oracle") pair(w.workload, a.arm, "oracle", "vs perfect cache knowledge");
+    for (const a of w.arms) if (a.arm !== "oracle" && a.arm !== "pooled") pair(w.workload, a.arm, "oracle", "vs perfect cache knowledge");
   }
   return out;
 }
@@ -424,6 +432,7 @@ export const TITLES: Record<WorkloadName, string> = {
   pressured: "pressured — shared with documents that overflow one card and nearly fill the fleet: placement decides the hit rate",
   llmd: "llmd — llm-d's shared_prefix: groups of prompts sharing a system prompt, a Poisson ladder of rates",
   capacity: "capacity — concurrent large conversation families vs per-card KV",
+  trace: "trace — a production trace replayed: its conversations, documents and arrivals",
 };
 
 export function workloadTable(w: WorkloadSummary, replicas: readonly string[]): string {
@@ -482,6 +491,8 @@ export function workloadTable(w: WorkloadSummary, replicas: readonly string[]): 
         { right: [1, 2, 3, 4] },
       );
     }
+    case "trace":
+      return [yardstickLine(w.yardstick, replicas.length), traceTable(w.arms), traceCardTable(w.arms), TRACE_NOTE].filter(Boolean).join("\n");
   }
 }
 
@@ -660,6 +671,13 @@ export function kvTokensText(label: string, realKv: number): string {
   return `router.toml kv_tokens: ${label.replace(/x$/, "×")} the sims' real KV (${int(realKv * factor)})`;
 }
 
+/** What a card profile simulates, in words: "3090-class", "h100-8b (Llama-3.1-8B on one H100)". */
+export function cardText(card: string | undefined): string {
+  const what: Record<string, string> = { "h100-8b": "Llama-3.1-8B on one H100", "4xh100-70b": "Llama-3.1-70B on four H100s" };
+  if (card === undefined || card === "3090") return "3090-class";
+  return what[card] ? `${card} (${what[card]})` : card;
+}
+
 /** Where and how long: the report's first lines. */
 export function describeRun(blocks: readonly EngineBlock[], runs: number): { title: string; where: string } {
   const first = blocks[0]!.result;
@@ -675,7 +693,7 @@ export function describeRun(blocks: readonly EngineBlock[], runs: number): { tit
           ? `, engine profile ${setups[0]!.engine}, chat template ${setups[0]!.template}`
           : `, fresh for each engine setup (${blocks.map((b) => b.label).join("; ")})`;
     where =
-      `${t.replicas.length} simulated 3090-class replicas (${int(kv)} KV tokens each)${engines}` +
+      `${t.replicas.length} simulated ${cardText(setups[0]?.card)} replicas (${int(kv)} KV tokens each)${engines}` +
       `${setups[0] ? `; ${kvTokensText(setups[0].kvTokens, kv)}` : ""}; time scale ${t.timeScale}: times are model time (real ÷ ${t.timeScale})`;
   } else where = `${t.replicas.length} replicas from ${first.options.config}${t.engine ? ` (${t.engine})` : ""}, model ${t.model}: real time`;
   const elapsed = blocks.reduce((a, b) => a + b.result.elapsedS, 0);
@@ -785,6 +803,13 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
       if (all.every((x) => x.sim)) {
         const sum = (f: (x: ArmResult) => number) => all.reduce((total, x) => total + f(x), 0);
         pooled.sim = { preemptions: sum((x) => x.sim!.preemptions), evictedBlocks: sum((x) => x.sim!.evictedBlocks) };
+        if (all.every((x) => x.sim!.perReplica)) {
+          const names = [...new Set(all.flatMap((x) => Object.keys(x.sim!.perReplica!)))];
+          const of = (x: ArmResult, name: string) => x.sim!.perReplica![name] ?? { preemptions: 0, evictedBlocks: 0 };
+          pooled.sim.perReplica = Object.fromEntries(
+            names.map((name) => [name, { preemptions: sum((x) => of(x, name).preemptions), evictedBlocks: sum((x) => of(x, name).evictedBlocks) }]),
+          );
+        }
         if (all.every((x) => x.sim!.stops)) {
           pooled.sim.stops = {
             full: sum((x) => x.sim!.stops!.full),
@@ -802,6 +827,7 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
     // the runs' mean.
     const ceilings = results.map((r) => r.workloads[i]!.ceiling);
     const ceiling = ceilings.every((c) => c !== undefined) ? ceilings.reduce((a, c) => a + c!, 0) / ceilings.length : undefined;
+    // A trace's runs replay the same requests: one yardstick serves them all.
     return { ...w, arms, ...(ceiling === undefined ? {} : { ceiling }) };
   });
   return { ...first, run: results.map((r) => r.run).join("+"), elapsedS: results.reduce((sum, r) => sum + r.elapsedS, 0), workloads };

@@ -11,6 +11,9 @@ import { fmt, keyFigure } from "./matrix.ts";
 import { routerCapacityWarnings, summarizeArm } from "./report.ts";
 import type { Outcome, SimStop } from "./client.ts";
 import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
+import { traceYardstick, type TraceYardstick } from "./pooled.ts";
+import { loadTrace, type TracePlan } from "./trace.ts";
+import { traceMessages } from "./trace-text.ts";
 import {
   AGENT_TOOLS,
   agentMessages,
@@ -32,10 +35,14 @@ import {
 export interface Sample {
   /** Agent or family number, burst number, or user number (shared). */
   group: number;
-  /** 1-based turn for conversations; position in the burst; the shared document. */
+  /** 1-based turn for conversations (agents, families, a trace's conversations); position in the burst; the shared document. */
   index: number;
-  /** "turn" (a conversation's request), "burst" (a burst member), "shared" (a one-shot over a shared prefix: shared, pressured, llmd). */
-  kind: "turn" | "burst" | "shared";
+  /** "turn" (a conversation's request), "burst" (a burst member), "shared" (a one-shot over a shared prefix: shared, pressured, llmd), "trace" (a trace's request). */
+  kind: "turn" | "burst" | "shared" | "trace";
+  /** trace: sent in the warm-up, not measured. */
+  warmup?: true;
+  /** trace: the line of the trace file it replays. */
+  line?: number;
   /** llmd: 0 = warm-up, k = the ladder's k-th rate. */
   rung?: number;
   /** Which run, once several are pooled (their clocks each start at 0). */
@@ -96,8 +103,10 @@ export interface ArmResult {
 export interface WorkloadResult {
   workload: WorkloadName;
   arms: ArmResult[];
-  /** The best hit rate any placement could deliver, from the plan (shared, pressured, llmd). */
+  /** The best hit rate any placement could deliver, from the plan (shared, pressured, llmd; trace: the infinite cache). */
   ceiling?: number;
+  /** trace: the infinite and the pooled cache over the same requests (pooled.ts). */
+  yardstick?: TraceYardstick;
 }
 
 export interface BenchResult {
@@ -108,8 +117,8 @@ export interface BenchResult {
     timeScale: number;
     model: string;
     engine?: string;
-    /** Sims: the engine profile, the chat template and what the routers' router.toml said of kv_tokens ("none", "true", "6x"). */
-    sim?: { engine: string; template: string; kvTokens: string };
+    /** Sims: the engine profile, the chat template, what the routers' router.toml said of kv_tokens ("none", "true", "6x"), and the card they were sized as. */
+    sim?: { engine: string; template: string; kvTokens: string; card: string };
   };
   options: BenchOptions;
   startedAt: string;
@@ -138,6 +147,8 @@ export interface DriveContext {
   tools?: readonly unknown[];
   /** Real ms per model ms (1 on real replicas). */
   scale: number;
+  /** The trace to replay (the trace workload). */
+  trace?: TracePlan;
   /** Model ms since the arm started. */
   now(): number;
   /** Wait until model ms `at` since the arm started (pacing arrivals; not synchronisation). */
@@ -159,20 +170,53 @@ export function toolsFor(template: TemplateName | undefined): readonly unknown[]
   return template === undefined || template === "chatml" ? undefined : AGENT_TOOLS;
 }
 
-export async function runBench(target: Target, options: BenchOptions, run: string, progress: Progress = silentProgress): Promise<BenchResult> {
+/** What a run needs beyond its options: which run of several it is, and the trace, read and checked once. */
+export interface RunInputs {
+  /** 1-based; even runs take the arms in reverse order (armOrder). */
+  runIndex?: number;
+  trace?: TracePlan;
+}
+
+/**
+ * The order run `runIndex` takes its arms in: forward in odd runs, backward in even ones
+ * (A B C, C B A), so a drift over the bench's time (a machine growing busier, a cache
+ * warming) falls on every arm alike over two runs rather than on the last arm every time.
+ */
+export function armOrder<T>(arms: readonly T[], runIndex = 1): T[] {
+  return runIndex % 2 === 0 ? [...arms].reverse() : [...arms];
+}
+
+/** The arms of a workload: the policies, the oracle on sims, and for a trace on sims the pooled sim. */
+export function armsOf(workload: WorkloadName, options: BenchOptions, target: Pick<Target, "kind">): ArmName[] {
+  const sims = target.kind === "sim";
+  return [...options.policies, ...(options.oracle && sims ? (["oracle"] as const) : []), ...(workload === "trace" && options.pooled && sims ? (["pooled"] as const) : [])];
+}
+
+export async function runBench(target: Target, options: BenchOptions, run: string, progress: Progress = silentProgress, inputs: RunInputs = {}): Promise<BenchResult> {
   const started = performance.now();
   const startedAt = new Date().toISOString();
-  const arms: ArmName[] = [...options.policies, ...(options.oracle && target.kind === "sim" ? (["oracle"] as const) : [])];
+  // A bad trace stops here, before any request is sent.
+  const trace = options.workloads.includes("trace") ? (inputs.trace ?? (await loadTrace(options.trace))) : undefined;
   const workloads: WorkloadResult[] = [];
   for (const workload of options.workloads) {
     const result: WorkloadResult = { workload, arms: [] };
     const ceiling = planCeiling(workload, options);
     if (ceiling !== undefined) result.ceiling = ceiling;
-    for (const name of arms) {
-      const arm = await runArm(target, options, run, workload, name, progress);
-      result.arms.push(arm);
+    if (workload === "trace") {
+      // The pooled cache holds every card's KV; unknown (0) on any card leaves it out.
+      const kv = target.replicas.every((r) => r.kvTokens > 0) ? target.replicas.reduce((a, r) => a + r.kvTokens, 0) : 0;
+      result.yardstick = traceYardstick(trace!, kv);
+      result.ceiling = result.yardstick.ceiling.hitRate;
+    }
+    const arms = armsOf(workload, options, target);
+    const done = new Map<ArmName, ArmResult>();
+    for (const name of armOrder(arms, inputs.runIndex)) {
+      const arm = await runArm(target, options, run, workload, name, progress, trace);
+      done.set(name, arm);
       progress.line(armLine(workload, arm, target.replicas.map((r) => r.name), target.kind === "sim", setupLabel(target.sim)));
     }
+    // Reported in the arms' own order, whatever order they ran in.
+    result.arms = arms.map((name) => done.get(name)!);
     workloads.push(result);
   }
   return {
@@ -183,7 +227,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
       timeScale: target.timeScale,
       model: target.model,
       ...(target.engine ? { engine: target.engine } : {}),
-      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens) } } : {}),
+      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens), card: target.sim.card } } : {}),
     },
     options,
     startedAt,
@@ -199,6 +243,7 @@ export async function runArm(
   workload: WorkloadName,
   name: ArmName,
   progress: Progress,
+  trace?: TracePlan,
 ): Promise<ArmResult> {
   await target.reset();
   const arm = await target.startArm(name);
@@ -212,6 +257,7 @@ export async function runArm(
     run,
     salt: saltLine(run, workload, name),
     ...(tools ? { tools } : {}),
+    ...(trace ? { trace } : {}),
     scale,
     now: () => (performance.now() - t0) / scale,
     until: async (at) => {
@@ -318,6 +364,7 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     samples.push(...(await driveArrivals(ctx, ladder, o.llmd.replyTokens, (r, i) => where(r, warmup.length + i))));
     return { samples };
   },
+  trace: async (ctx, o) => ({ samples: await driveTrace(ctx, ctx.trace!, o.trace.maxOutput) }),
   capacity: async (ctx, o) => {
     const c = o.capacity;
     // Families start in order, so counter-based policies place them alike in every arm.
@@ -357,7 +404,30 @@ async function driveArrivals<R extends { atMs: number; messages: ChatMessage[] }
   );
 }
 
-async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind" | "rung">): Promise<Sample & { reply: Reply }> {
+/**
+ * A trace replayed open loop: each request at its (window-relative, sped-up) arrival time,
+ * its text made just before it is sent (an hour of trace is gigabytes of prompts).
+ */
+async function driveTrace(ctx: DriveContext, plan: TracePlan, maxOutput: number): Promise<Sample[]> {
+  let done = 0;
+  const total = plan.requests.length;
+  const B = plan.spec.blockTokens;
+  return Promise.all(
+    plan.requests.map(async (p) => {
+      await ctx.until(p.atMs);
+      const r = plan.records[p.record]!;
+      const messages = traceMessages(plan, p.record, plan.spec.shape, ctx.salt, B);
+      const maxTokens = Math.max(1, Math.min(r.outputLength, maxOutput));
+      const where = { group: p.conversation, index: p.turn, kind: "trace" as const, line: r.line, ...(p.warmup ? { warmup: true as const } : {}) };
+      const { reply: _reply, ...sample } = await send(ctx, chatBody(ctx.model, messages, maxTokens), where);
+      done++;
+      if (done % 25 === 0 || done === total) ctx.progress.status(`${done}/${total} requests`);
+      return sample;
+    }),
+  );
+}
+
+async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pick<Sample, "group" | "index" | "kind" | "rung" | "warmup" | "line">): Promise<Sample & { reply: Reply }> {
   const startMs = ctx.now();
   const out: Outcome = await ctx.arm.send(body);
   return {
@@ -430,7 +500,8 @@ export async function driveBurst(ctx: DriveContext, spec: BurstSpec, salt: strin
 export function armLine(workload: WorkloadName, arm: ArmResult, replicas: readonly string[], modelTime = true, setup?: string): string {
   const s = summarizeArm(workload, arm, replicas);
   const key = keyFigure(workload, s);
-  const figure = key ? `${key.what} ${fmt(key.value, key.unit)} (n=${key.n})` : "no samples";
+  const hit = s.trace ? ` · hit ${Number.isFinite(s.trace.hitRate) ? `${(s.trace.hitRate * 100).toFixed(1)} %` : "-"}` : "";
+  const figure = key ? `${key.what} ${fmt(key.value, key.unit)} (n=${key.n})${hit}` : "no samples";
   // On real replicas no time scale applies: their seconds are seconds.
   return `${setup ? `${setup} · ` : ""}${workload} · ${arm.arm}: ${figure}${s.errors ? ` · ${s.errors} errors` : ""} · ${fmtS(arm.wallMs)}${modelTime ? " model" : ""}`;
 }

@@ -14,12 +14,13 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
-import { DEFAULT_ENGINE, startSimFleet, type EngineProfileName, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, startSim, startSimFleet, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
 import type { KvTokensSetting } from "./args.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
 import { routerFleetArm, type RouterFleetOptions } from "./routers.ts";
 
-export type ArmName = PolicyName | "oracle";
+/** A policy; the oracle (perfect knowledge of the sims' caches); the pooled sim (one card with every card's KV, prefill and sequences). */
+export type ArmName = PolicyName | "oracle" | "pooled";
 
 export interface ReplicaInfo {
   name: string;
@@ -48,8 +49,8 @@ export interface Target {
   model: string;
   /** What engine (and version) the replicas run, as discovered: the report names it. */
   engine?: string;
-  /** Sims: the engine profile and chat template they imitate, and what the routers' router.toml says of their KV. */
-  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting };
+  /** Sims: the engine profile and chat template they imitate, the card they are sized as, and what the routers' router.toml says of their KV. */
+  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting; card: ProfileName };
   /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
@@ -61,6 +62,8 @@ export interface Target {
 export interface SimTotals {
   preemptions: number;
   evictedBlocks: number;
+  /** Per sim (the pooled sim as "pooled"): its preemptions and evicted blocks. */
+  perReplica?: Record<string, { preemptions: number; evictedBlocks: number }>;
   /** First admissions by why their cache hit stopped (x-sim-prefix's stop; /sim/state stop_*_total). */
   stops?: { full: number; evicted: number; new: number; elsewhere: number };
 }
@@ -265,6 +268,8 @@ export interface SimTargetOptions {
   engine?: EngineProfileName;
   /** Their chat template mode (default chatml). */
   template?: TemplateName;
+  /** The card profile each sim is sized as (default 3090). */
+  card?: ProfileName;
   /** What the routers' router.toml says of each sim's kv_tokens (default none). */
   kvTokens?: KvTokensSetting;
   /** Every arm's router serves /status and /dashboard here (one after the other), so the address stays. */
@@ -273,12 +278,16 @@ export interface SimTargetOptions {
   fleet?: RouterFleetOptions;
 }
 
-/** N simulated 3090-class replicas in this process. */
+/** N simulated replicas in this process, sized as `card` (3090-class by default). */
 export async function simTarget(options: SimTargetOptions): Promise<Target> {
   const engine = options.engine ?? DEFAULT_ENGINE;
   const template = options.template ?? "chatml";
   const kvTokens = options.kvTokens ?? { kind: "none" };
-  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: "3090", timeScale: options.timeScale, engine, template });
+  const card = options.card ?? DEFAULT_PROFILE;
+  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: card, timeScale: options.timeScale, engine, template });
+  // The pooled arm's one sim, started when first asked for; reset and counted with the others.
+  let pooled: SimServer | undefined;
+  const all = () => (pooled ? [...sims, pooled] : sims);
   // As `llmroute sim` prints the fragment (routerTomlSnippet): Ollama has neither /health nor /metrics.
   const ollama = (s: SimServer) => s.app.profile.family === "ollama";
   const replicas: ReplicaInfo[] = sims.map((s) => ({
@@ -295,21 +304,23 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     replicas,
     timeScale: options.timeScale,
     model,
-    sim: { engine, template, kvTokens },
+    sim: { engine, template, kvTokens, card },
     async reset() {
       await Promise.all(
-        sims.map(async (s) => {
+        all().map(async (s) => {
           const res = await fetch(`${s.url}/sim/reset`, { method: "POST" });
           if (!res.ok) throw new LlmrouteError("upstream", `sim ${s.name}: /sim/reset answered HTTP ${res.status}`);
         }),
       );
     },
     async simTotals() {
-      const states = await Promise.all(sims.map(async (s) => (await (await fetch(`${s.url}/sim/state`)).json()) as SimState));
+      const fleet = all();
+      const states = await Promise.all(fleet.map(async (s) => (await (await fetch(`${s.url}/sim/state`)).json()) as SimState));
       const sum = (f: (s: SimState) => number) => states.reduce((a, s) => a + f(s), 0);
       return {
         preemptions: sum((s) => s.preemptions_total),
         evictedBlocks: sum((s) => s.evicted_blocks_total),
+        perReplica: Object.fromEntries(fleet.map((s, i) => [s.name, { preemptions: states[i]!.preemptions_total, evictedBlocks: states[i]!.evicted_blocks_total }])),
         stops: {
           full: sum((s) => s.stop_full_total),
           evicted: sum((s) => s.stop_evicted_total),
@@ -332,12 +343,39 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
         );
         return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost, { via });
       }
+      if (name === "pooled") {
+        pooled ??= await startSim(pooledSimOptions(sims[0]!.app.options, sims.length));
+        const one: ReplicaInfo = { name: pooled.name, url: pooled.url, kvTokens: pooled.app.options.kvTokens };
+        // Like the oracle's hop: one router with one replica, no choice to make.
+        return { ...(await routerArm(parseConfig(toml([one], "hybrid"), "<bench pooled>", { env: {} }))), name: "pooled" };
+      }
       const config = parseConfig(toml(replicas, name, options.adminListen), "<bench>", { env: {} });
       return options.fleet ? routerFleetArm(config, options.fleet) : routerArm(config);
     },
     async stop() {
-      await Promise.all(sims.map((s) => s.stop()));
+      await Promise.all(all().map((s) => s.stop()));
     },
+  };
+}
+
+/**
+ * The pooled arm's sim: one card with the KV, prefill rate and running sequences of all `n`
+ * (and on llama.cpp's slots, n times the slots and RAM cache), its decode slowdown per
+ * running sequence divided by n, so n times the sequences decode as fast as they would
+ * spread over n cards. A request may be no longer than on one card.
+ */
+export function pooledSimOptions(card: SimOptions, n: number): Partial<SimOptions> {
+  const slots = card.parallel > 0 ? { parallel: card.parallel * n, kvUnified: card.kvUnified } : {};
+  return {
+    ...card,
+    ...slots,
+    name: "pooled",
+    kvTokens: card.kvTokens * n,
+    prefillTps: card.prefillTps * n,
+    maxSeqs: card.maxSeqs * n,
+    decodeBatchSlowdown: card.decodeBatchSlowdown / n,
+    cacheRam: card.cacheRam > 0 ? card.cacheRam * n : card.cacheRam,
+    maxModelLen: card.maxModelLen,
   };
 }
 
@@ -359,7 +397,7 @@ export async function configTarget(config: Config, model: string | undefined, fl
     reset: async () => {},
     simTotals: async () => undefined,
     async startArm(name) {
-      if (name === "oracle") throw new LlmrouteError("usage", "bench: the oracle needs simulated replicas (--sim); it cannot see a real engine's cache");
+      if (name === "oracle" || name === "pooled") throw new LlmrouteError("usage", `bench: the ${name} arm needs simulated replicas (--sim); it cannot ${name === "oracle" ? "see a real engine's cache" : "pool real cards"}`);
       const routing = { ...config.routing, policy: name };
       delete routing.state_file;
       const server = { ...config.server, listen: { host: "127.0.0.1", port: 0 }, api_keys: [] };

@@ -167,15 +167,32 @@ export interface SimOptions extends EngineOptions, FaultOptions, LlamaCppOptions
   keepAlive: number;
 }
 
-export type ProfileName = "3090" | "tiny";
+export type ProfileName = "3090" | "tiny" | "h100-8b" | "4xh100-70b";
+
+/** A card profile: the engine knobs a card and model decide (the engine profile decides the rest). */
+export type CardProfile = Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling" | "prefixLookup"> & {
+  /** The engine's step budget on this card, when its default differs from the engine profile's (which is set for smaller cards). */
+  prefillChunkTokens?: number;
+};
 
 /**
  * `3090`: one RTX 3090-class card as measured on two RTX 3090s (the figures the project started from): 90k tokens cold in 22.3 s
  * (→ ~4,000 prefill tokens/s), 1.4 s warm, 122,636 KV tokens. `tiny`: a small, fast card for
  * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
  * tests stay quick at `timeScale` 1.
+ *
+ * `h100-8b` and `4xh100-70b`: today's deployments, for replaying production traces against
+ * a realistic KV (docs/traces.md, "Card profiles", has every figure's source and arithmetic).
+ * KV bytes per token = 2 (K, V) × layers × KV heads × head dim × 2 bytes (bf16): Llama-3.1-8B
+ * (config.json: 32 layers, 8 KV heads, 128 dims) 131,072 = 128 KiB; Llama-3.1-70B (80 layers,
+ * 8 KV heads, 128 dims) 327,680 = 320 KiB. Prefill and decode rates come from BLIS's fit of
+ * vLLM 0.8.4 on H100 (inference-sim/inference-sim defaults.yaml: step = β0 + β1 × uncached
+ * prefill tokens + β2 × decode tokens, µs, plus α1 µs of CPU per prompt token). A step
+ * budget of 8,192 tokens and 1,024 sequences are both engines' defaults on a card of 70 GiB
+ * or more (vllm/engine/arg_utils.py get_batch_defaults; sglang server_args.py
+ * chunked_prefill_size for gpu_mem < 160 GiB).
  */
-export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "prefixCache" | "minTickMs" | "prefillOrder" | "prefillChunkTokens" | "decodeWhilePrefilling" | "prefixLookup">> = {
+export const PROFILES: Record<ProfileName, CardProfile> = {
   "3090": {
     kvTokens: 122_636,
     blockTokens: 16,
@@ -187,6 +204,50 @@ export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "pr
     maxModelLen: 0,
     charsPerToken: 4,
     defaultMaxTokens: 16,
+  },
+  // One H100 80GB SXM, Llama-3.1-8B-Instruct bf16, vLLM defaults (gpu_memory_utilization 0.9).
+  "h100-8b": {
+    // BLIS's H100 TP1 run: total_kv_blocks 29,205 × 16 tokens. Arithmetic: 0.9 × 79.6 GiB −
+    // 15.0 GiB of weights (8.03 B × 2 bytes) − ~2 GiB of activations ≈ 55 GiB ÷ 128 KiB ≈ 450k.
+    kvTokens: 467_280,
+    blockTokens: 16,
+    // β1 + α1 = 17.25 + 1.75 µs a prompt token: 52.6k tokens/s; 50k is 81 % of the card's
+    // 989 dense bf16 TFLOPS at 16.1 GFLOP a token, the rate of 10–20k-token prompts.
+    prefillTps: 50_000,
+    cachedTokenCost: 0.05,
+    // β0 + β2 = 5.76 ms a step with one sequence: 174 tokens/s (the weights' 16.1 GB read at
+    // 3.35 TB/s alone take 4.8 ms).
+    decodeTps: 170,
+    // Each running sequence's KV is read every step: 12,035 tokens (the Mooncake conversation
+    // trace's mean prompt) × 128 KiB ÷ 3.35 TB/s = 0.47 ms, 8 % of the 5.76 ms step.
+    decodeBatchSlowdown: 0.08,
+    maxSeqs: 1_024,
+    // vLLM takes the model's context (config.json max_position_embeddings 131,072).
+    maxModelLen: 131_072,
+    charsPerToken: 4,
+    defaultMaxTokens: 16,
+    prefillChunkTokens: 8_192,
+  },
+  // Four H100 80GB SXM, Llama-3.1-70B-Instruct bf16 at tensor parallel 4, vLLM defaults.
+  "4xh100-70b": {
+    // Per GPU: 0.9 × 79.6 GiB − 32.9 GiB of weights (70.6 B × 2 bytes ÷ 4) − ~3 GiB of
+    // activations and communication buffers ≈ 35.7 GiB; × 4 ÷ 320 KiB ≈ 468k tokens.
+    kvTokens: 468_000,
+    blockTokens: 16,
+    // BLIS's Llama-3.3-70B (the same architecture) on H100 TP4: β1 + α1 = 76.42 + 9.95 µs a
+    // prompt token: 11.6k tokens/s (47 % of four cards' dense bf16 peak at 141 GFLOP a token).
+    prefillTps: 11_500,
+    cachedTokenCost: 0.05,
+    // β0 + β2 = 12.67 ms a step with one sequence: 79 tokens/s.
+    decodeTps: 80,
+    // 12,035 tokens × 320 KiB ÷ (4 × 3.35 TB/s) = 0.29 ms of KV read a sequence, plus β2's
+    // 0.07 ms: 3 % of the 12.67 ms step.
+    decodeBatchSlowdown: 0.03,
+    maxSeqs: 1_024,
+    maxModelLen: 131_072,
+    charsPerToken: 4,
+    defaultMaxTokens: 16,
+    prefillChunkTokens: 8_192,
   },
   tiny: {
     kvTokens: 4_096,
@@ -204,7 +265,7 @@ export const PROFILES: Record<ProfileName, Omit<EngineOptions, "timeScale" | "pr
 
 export const DEFAULT_PROFILE: ProfileName = "3090";
 
-const BASE: Omit<SimOptions, keyof (typeof PROFILES)["3090"] | "profile"> = {
+const BASE: Omit<SimOptions, Exclude<keyof CardProfile, "prefillChunkTokens"> | "profile"> = {
   name: "gpu0",
   model: "sim-model",
   engine: DEFAULT_ENGINE,
@@ -256,7 +317,7 @@ export function resolveSimOptions(input: Partial<SimOptions> = {}): SimOptions {
     prefillOrder: family?.prefillOrder ?? BASE.prefillOrder,
     decodeWhilePrefilling: family?.decodeWhilePrefilling ?? BASE.decodeWhilePrefilling,
     prefixLookup: family?.prefixLookup ?? BASE.prefixLookup,
-    prefillChunkTokens: family?.prefillChunkTokens ?? BASE.prefillChunkTokens,
+    prefillChunkTokens: PROFILES[profile].prefillChunkTokens ?? family?.prefillChunkTokens ?? BASE.prefillChunkTokens,
     ...slotDefaults,
     ...given,
     profile,

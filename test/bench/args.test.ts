@@ -1,11 +1,11 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULT_POLICIES, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, SEEDED_WORKLOADS, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { DEFAULT_POLICIES, DEFAULT_WORKLOADS, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, SEEDED_WORKLOADS, WORKLOAD_NAMES } from "../../src/bench/args.ts";
 import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
 import { agentFirstTokens, sharedRequests } from "../../src/bench/workloads.ts";
 
 describe("parseBenchArgs", () => {
-  it("defaults: two sims, five policies (the seed's hybrid-plain beside hybrid) plus the oracle, every workload, one run, the seed's sizes", () => {
+  it("defaults: two sims, five policies (the seed's hybrid-plain beside hybrid) plus the oracle, every workload but a trace, one run, the seed's sizes", () => {
     const o = parseBenchArgs({});
     expect(o.sim).toBe(2);
     expect(o.policies).toEqual(DEFAULT_POLICIES);
@@ -13,7 +13,8 @@ describe("parseBenchArgs", () => {
     expect(o.workloads).toEqual(["agent", "burst", "mixed", "shared", "pressured", "llmd", "capacity"]);
     expect(o.runs).toBe(1);
     expect(o.oracle).toBe(true);
-    expect(o.workloads).toEqual([...WORKLOAD_NAMES]);
+    expect(o.workloads).toEqual([...DEFAULT_WORKLOADS]);
+    expect([...WORKLOAD_NAMES]).toEqual([...DEFAULT_WORKLOADS, "trace"]);
     expect(o.agent.contextTokens).toBe(90_000);
     expect(o.burst.size).toBe(16);
     expect(o.shared.docTokens).toBe(8_000);
@@ -144,8 +145,37 @@ describe("parseBenchArgs", () => {
     [{ config: "router.toml", engine: "sglang" }, /--engine: only with simulated replicas/],
     [{ config: "router.toml", template: "deepseek-r1" }, /--template: only with simulated replicas/],
     [{ config: "router.toml", "kv-tokens": "6x" }, /--kv-tokens: only with simulated replicas \(--config benches the replicas as they are, with its own kv_tokens\)/],
+    [{ workload: "trace" }, /--workload trace: needs --trace FILE/],
+    [{ trace: "t.jsonl", "trace-sample": "0.5" }, /--trace-sample 0\.5: must be >= 1/],
+    [{ trace: "t.jsonl", "trace-shape": "chat,flat" }, /--trace-shape "chat,flat": one shape a run/],
+    [{ trace: "t.jsonl", "trace-shape": "prompt" }, /--trace-shape "prompt": unknown "prompt"; choose from chat, flat/],
+    [{ trace: "t.jsonl", "trace-minutes": "0" }, /--trace-minutes "0": must be a number > 0/],
+    [{ trace: "t.jsonl", "trace-block-tokens": "0" }, /--trace-block-tokens "0": must be an integer >= 1/],
+    [{ "trace-minutes": "5", "trace-shape": "flat" }, /--trace-minutes, --trace-shape: only with --workload trace/],
   ])("%j is a usage error naming the flag", (raw, message) => {
     expect(() => parseBenchArgs(raw as never)).toThrow(message);
+  });
+
+  it("--trace alone runs the trace workload, with its flags; every run replays the same sample", () => {
+    const o = parseBenchArgs({
+      trace: "t.jsonl",
+      "trace-block-tokens": "64",
+      "trace-sample": "4",
+      "trace-seed": "3",
+      "trace-speed": "2",
+      "trace-start": "10",
+      "trace-warmup-minutes": "2",
+      "trace-minutes": "5",
+      "trace-shape": "flat",
+      "trace-max-output": "128",
+    });
+    expect(o.workloads).toEqual(["trace"]);
+    expect(o.trace).toEqual({ file: "t.jsonl", blockTokens: 64, sample: 4, sampleSeed: 3, speed: 2, startMinutes: 10, warmupMinutes: 2, minutes: 5, shape: "flat", maxOutput: 128 });
+    expect(runOptions(o, 2).trace).toEqual(o.trace);
+    expect(parseBenchArgs({ trace: "t.jsonl" }).trace).toMatchObject({ blockTokens: 512, sample: 1, shape: "chat", maxOutput: 512, minutes: Infinity });
+    expect(parseBenchArgs({ trace: "t.jsonl", workload: "agent,trace" }).workloads).toEqual(["agent", "trace"]);
+    expect(parseBenchArgs({ trace: "t.jsonl" }).pooled).toBe(true);
+    expect(parseBenchArgs({ trace: "t.jsonl", pooled: false }).pooled).toBe(false);
   });
 
   it("a conversation that cannot fit its context is a usage error before anything runs", () => {

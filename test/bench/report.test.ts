@@ -538,7 +538,7 @@ describe("conversations: warm turns kept on the previous turn's replica, deliver
 describe("row blocks: one per engine setup", () => {
   const setup = (engine: string, template: string, kvTokens: string, warm: number, arms: ArmResult[] = []): BenchResult => ({
     ...result(),
-    target: { ...result().target, sim: { engine, template, kvTokens } },
+    target: { ...result().target, sim: { engine, template, kvTokens, card: "3090" } },
     workloads: [{ workload: "agent", arms: [agentArm("roundrobin", 2 * warm), agentArm("hybrid", warm), ...arms] }],
   });
   const falseMiss = (): ArmResult => ({

@@ -112,7 +112,7 @@ describe("every subcommand rejects what it does not know, with exit 2, before ru
   it("citty's own errors (an enum out of range) are usage errors too", async () => {
     const { code, stderr } = await cli(["sim", "--profile", "h100"]);
     expect(code).toBe(2);
-    expect(stderr).toContain("sim: Invalid value for argument: --profile (h100). Expected one of: 3090, tiny.");
+    expect(stderr).toContain("sim: Invalid value for argument: --profile (h100). Expected one of: 3090, h100-8b, 4xh100-70b, tiny.");
   });
 
   it("under the journal, error lines carry the syslog priority <3>", async () => {
