@@ -517,7 +517,7 @@ export function createProxy(deps: ProxyDeps): Proxy {
       if (!busyTest) await res.body?.cancel().catch(() => {});
       clearDeadlines();
       const failure: Failure = errorSays(busyTest, res.status, false, body)
-        ? { kind: "busy", reason: "its queue is full (HTTP 503 \"server busy\")" }
+        ? { kind: "busy", reason: "its queue is full (HTTP 503: the engine turned it away before computing anything)" }
         : { kind: "status", reason: `HTTP ${res.status}` };
       stop ??= { kind: "failure", failure };
       return fail();

@@ -121,7 +121,7 @@ describe("an Ollama whose scheduler queue is full", () => {
     const failedOver = answers.filter(([, , route]) => String(route).endsWith(",failover"));
     expect(failedOver).toHaveLength(4);
     expect(failedOver.every(([status, replica]) => status === 200 && replica === "gpu1")).toBe(true);
-    expect(logRecords(router, "failover").map((r) => [r.replica, r.reason])).toEqual(Array(4).fill(["gpu0", 'its queue is full (HTTP 503 "server busy")']));
+    expect(logRecords(router, "failover").map((r) => [r.replica, r.reason])).toEqual(Array(4).fill(["gpu0", 'its queue is full (HTTP 503: the engine turned it away before computing anything)']));
     expect(logRecords(router, "replica down")).toHaveLength(0);
     const replicas = ((await (await fetch(`${router.url}/status`)).json()) as { replicas: { name: string; state: string; busy: number; consecutive_failures: number }[] }).replicas;
     expect(replicas.map((r) => [r.name, r.state, r.busy, r.consecutive_failures])).toEqual([
@@ -167,7 +167,7 @@ describe("an Ollama whose 503 is not its queue's", () => {
       const { response } = await router.client().chat.completions.create({ ...ask(`chunked ${i} ${crypto.randomUUID()}`) }).withResponse();
       expect(response.status).toBe(200);
     }
-    expect(logRecords(router, "failover").map((r) => r.reason)).toEqual(Array(4).fill('its queue is full (HTTP 503 "server busy")'));
+    expect(logRecords(router, "failover").map((r) => r.reason)).toEqual(Array(4).fill('its queue is full (HTTP 503: the engine turned it away before computing anything)'));
     expect(logRecords(router, "replica down")).toHaveLength(0);
   });
 });
