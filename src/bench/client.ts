@@ -7,7 +7,7 @@
  * many prompt tokens it really found cached and why the hit stopped there (docs/sim.md):
  * the truth on engines whose usage carries no cached figure.
  */
-import type { Verdict } from "../route/router.ts";
+import type { CacheVerdict } from "../route/evidence.ts";
 import { SseParser } from "../engines/sse.ts";
 
 /** Why the sim's prefix hit stopped (src/sim/engine-api.ts PrefixStop): all of it hit, evicted, never computed here, or held where this request cannot use it (another llama.cpp slot). */
@@ -36,7 +36,7 @@ export interface Outcome {
   /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>][; computed=<tokens>]`); undefined from real engines. */
   sim?: { cachedTokens: number; stop: SimStop; heldTokens: number; computedTokens?: number };
   /** How the router judged the engine's report against its index (its request record); undefined: no router, or no report to judge. */
-  verdict?: Verdict;
+  verdict?: CacheVerdict;
   /** Prompt tokens cached on some replica at routing time (the router's index, or the oracle's /sim/match). */
   availableTokens?: number;
   /** … cached on the chosen replica. */

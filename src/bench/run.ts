@@ -4,7 +4,7 @@
  * requests through it. It records one sample per request in model time (real ÷ time
  * scale) and leaves every figure to report.ts.
  */
-import type { Verdict } from "../route/router.ts";
+import type { CacheVerdict } from "../route/evidence.ts";
 import type { TemplateName } from "../sim/index.ts";
 import { kvTokensLabel, type BenchOptions, type WorkloadName } from "./args.ts";
 import { fmt, keyFigure } from "./matrix.ts";
@@ -70,7 +70,7 @@ export interface Sample {
   /** Sims, `elsewhere` stops: how much of the prompt the replica had computed, when more than it held (the rest was evicted since). */
   simComputed?: number;
   /** The router's judgement of the engine's report (its request record): a "miss" dropped index entries as evicted. */
-  verdict?: Verdict;
+  verdict?: CacheVerdict;
   completionTokens: number;
   /** Prompt tokens cached on some replica when the request was routed, by the router's index (the oracle: by the sims). */
   availableTokens?: number;

@@ -32,7 +32,7 @@ export const SGLANG: EngineProfile = {
   // breakdown) whose values partition it: their sum is the cached tokens. Both move when a
   // request FINISHES (called from tokenizer_manager.py collect_metrics on its last output),
   // not when its prefill hits: a window's hits are those of the requests that ended in it
-  // (src/route/router.ts windowFeedback carries a short window over to the next one).
+  // (src/route/evidence.ts windowFeedback carries a short window over to the next one).
   cacheCounters(metrics) {
     const hits = sum(metrics, "sglang:cached_tokens_total", SGLANG);
     const queries = sum(metrics, "sglang:prompt_tokens_total", SGLANG);

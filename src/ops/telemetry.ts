@@ -8,7 +8,8 @@ import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
 import type { Fleet, Replica } from "../fleet/fleet.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
-import type { CapacityEvidence, Router } from "../route/router.ts";
+import type { CapacityEvidence } from "../route/evidence.ts";
+import type { Router } from "../route/router.ts";
 import { DEFAULT_METRICS_PATH, type Config } from "../config.ts";
 import { missingFacts } from "../engines/discover.ts";
 import { Registry } from "./prom.ts";
@@ -87,7 +88,7 @@ export class Telemetry {
     r.gauge("llmroute_engine_kv_usage_ratio", "Engine-reported KV cache usage, 0..1 (scraped).", () => engine("kv_usage"));
     r.gauge("llmroute_prefill_queue_tokens", "Prompt tokens sent to the replica that have not reached their first byte (plus the engine's own queue where scraped).", each((x) => Math.round(x.prefill.withEngineQueue(x.engineWaiting))));
     r.gauge("llmroute_prefill_rate_tokens_per_second", "Measured prefill throughput the default policy prices a replica with.", each((x) => Math.round(x.prefill.rate)));
-    r.gauge("llmroute_index_corrections_total", "Index entries dropped because the engine's cached_tokens showed it had evicted them.", each((x) => this.live().router.truthOf(x.name).corrected), "counter");
+    r.gauge("llmroute_index_corrections_total", "Index entries dropped because the engine's cached_tokens showed it had evicted them.", each((x) => this.live().router.evidence.of(x.name).corrected), "counter");
     r.gauge("llmroute_index_memory_bytes", "Bytes held by the prefix index's arrays.", () => [[{}, this.live().router.index.memoryBytes()]]);
     r.gauge("llmroute_chars_per_token", "Learned characters of prompt per engine token (calibrates token estimates).", each((x) => Math.round(x.charsPerToken * 1000) / 1000));
     const cluster = (f: (c: Cluster) => number) => () => {
@@ -159,16 +160,16 @@ export class Telemetry {
         );
       }
       if (r.state !== "up" && r.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
-      const truth = router.truthOf(r.name);
-      if (truth.distrusted) {
+      const evidence = router.evidence.of(r.name);
+      if (evidence.distrusted) {
         warn(
           "cache_off",
-          `reported no cached tokens on ${truth.misses} requests the index expected cached: its prefix cache may be off or unreported (check with llmroute probe); the index is not corrected from its reports`,
-          `prefix cache may be off: no cached tokens on ${truth.misses} requests expected cached`,
-          `The index expected a cached prefix on ${truth.misses} requests here and the engine reported none: its prefix cache may be off, or it does not report cached tokens. Check with llmroute probe --replica ${r.name} (a long prompt sent twice: a working cache answers the second far sooner). Until it reports a hit, the index is not corrected from its reports.`,
+          `reported no cached tokens on ${evidence.misses} requests the index expected cached: its prefix cache may be off or unreported (check with llmroute probe); the index is not corrected from its reports`,
+          `prefix cache may be off: no cached tokens on ${evidence.misses} requests expected cached`,
+          `The index expected a cached prefix on ${evidence.misses} requests here and the engine reported none: its prefix cache may be off, or it does not report cached tokens. Check with llmroute probe --replica ${r.name} (a long prompt sent twice: a working cache answers the second far sooner). Until it reports a hit, the index is not corrected from its reports.`,
         );
       }
-      const kv = kvView(r, truth.capacity);
+      const kv = kvView(r, evidence.capacity);
       if (kv.contradiction) warn("kv_tokens", kv.contradiction, kv.finding!.line, kv.finding!.details);
       const metricsAt = r.engine ? ` The last read: ${duration(Math.max(0, now - r.engine.at) / 1000)} ago, from ${shownUrl(r.config.url)}${r.config.metrics || DEFAULT_METRICS_PATH}.` : "";
       if (r.engine?.error) {
@@ -218,8 +219,8 @@ export class Telemetry {
           available_tokens: this.availableTokens.get({ replica: r.name }),
           captured_tokens: this.capturedTokens.get({ replica: r.name }),
           delivered_tokens: cached,
-          predictions: { hit: truth.hits, miss: truth.misses, template: truth.templates, unexpected_hit: truth.unexpectedHits },
-          corrected_entries: truth.corrected,
+          predictions: { hit: evidence.hits, miss: evidence.misses, template: evidence.templates, unexpected_hit: evidence.unexpectedHits },
+          corrected_entries: evidence.corrected,
         },
         prefill: { queued_tokens: Math.round(r.prefill.withEngineQueue(r.engineWaiting)), rate_tokens_per_s: Math.round(r.prefill.rate) },
         engine: r.engine

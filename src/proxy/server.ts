@@ -178,7 +178,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
     for (const r of fleet.replicas) {
       r.kvBelief = router.believedKvTokens(r.name, r.startingKvTokens(), now, config.routing.capacity_window_ms);
       router.index.setBudget(r.name, r.kvBelief !== undefined ? r.kvBelief * r.charsPerToken : undefined);
-      const { contradiction } = kvView(r, router.truthOf(r.name).capacity);
+      const { contradiction } = kvView(r, router.evidence.of(r.name).capacity);
       const kind = contradiction?.split(":")[0];
       if (kind && contradicted.get(r.name) !== kind) log.warn(`capacity: ${r.name}: ${contradiction}`, { replica: r.name, kv_tokens: r.config.kv_tokens, believed_kv_tokens: r.kvBelief });
       if (kind) contradicted.set(r.name, kind);

@@ -22,6 +22,7 @@
  * cluster peer's, applied after local ones), are told apart.
  */
 import { chainChars, type PrefixChain } from "./chain.ts";
+import { SnapshotReader, SnapshotWriter } from "./prefix-snapshot.ts";
 
 export interface PrefixMatch {
   replica: string;
@@ -438,51 +439,21 @@ export class PrefixIndex {
     return r === undefined ? 0 : this.recentOf[r]!;
   }
 
-  // --- snapshots (routing.state_file, a cluster's catch-up) -------------------------------
+  // --- snapshots (routing.state_file, a cluster's catch-up; the format: ./prefix-snapshot.ts) --
 
-  /**
-   * Every entry in a compact binary form, each replica's oldest first, so `restore` rebuilds
-   * the same LRU order. Layout (little-endian): "LRIX", version, entry count, replica count,
-   * the replica names (u16 length + UTF-8), then one 36-byte record per entry: hash lo, hash
-   * hi, replica id (u16), flags (u8), pad, delta chars, tail chars, last use (f64 ms), parent
-   * position (i32, −1 = none), commit tag (u32; version 2 on — version 1's records are 32
-   * bytes without it, and still restore).
-   */
+  /** Every entry, each replica's oldest first, so `restore` rebuilds the same LRU order. */
   snapshot(): Uint8Array {
-    const encoder = new TextEncoder();
-    const names = this.names.map((n) => encoder.encode(n));
-    const headerBytes = 16 + names.reduce((s, n) => s + 2 + n.length, 0);
-    const size = headerBytes + this.count * RECORD_BYTES;
-    const out = new Uint8Array(size);
-    const view = new DataView(out.buffer);
-    out.set(MAGIC, 0);
-    view.setUint32(4, SNAPSHOT_VERSION, true);
-    view.setUint32(8, this.count, true);
-    view.setUint32(12, names.length, true);
-    let at = 16;
-    for (const n of names) {
-      view.setUint16(at, n.length, true);
-      out.set(n, at + 2);
-      at += 2 + n.length;
-    }
+    const out = new SnapshotWriter(this.names, this.count);
     const position = new Int32Array(this.highWater).fill(NIL);
     let p = 0;
     for (let r = 0; r < this.names.length; r++) for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) position[e] = p++;
     for (let r = 0; r < this.names.length; r++) {
       for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) {
-        view.setUint32(at, this.lo[e]!, true);
-        view.setUint32(at + 4, this.hi[e]!, true);
-        view.setUint16(at + 8, r, true);
-        view.setUint8(at + 10, this.flags[e]! & PERSISTED);
-        view.setUint32(at + 12, this.delta[e]!, true);
-        view.setUint32(at + 16, this.tail[e]!, true);
-        view.setFloat64(at + 20, this.last[e]!, true);
-        view.setInt32(at + 28, this.parent[e] === NIL ? NIL : position[this.parent[e]!]!, true);
-        view.setUint32(at + 32, this.commit[e]!, true);
-        at += RECORD_BYTES;
+        const parent = this.parent[e] === NIL ? NIL : position[this.parent[e]!]!;
+        out.add(this.lo[e]!, this.hi[e]!, r, this.flags[e]! & PERSISTED, this.delta[e]!, this.tail[e]!, this.last[e]!, parent, this.commit[e]!);
       }
     }
-    return out;
+    return out.bytes();
   }
 
   /**
@@ -496,54 +467,15 @@ export class PrefixIndex {
    * `evict` would never reach them.
    */
   restore(bytes: Uint8Array, keep: (replica: string) => boolean, clock?: { now: number; takenAt?: number }): { restored: number; skipped: number } {
-    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const bad = () => {
-      throw new RangeError("not an llmroute index snapshot (or a truncated one)");
-    };
-    if (bytes.byteLength < 16 || !MAGIC.every((b, i) => bytes[i] === b)) bad();
-    const version = view.getUint32(4, true);
-    if (version !== SNAPSHOT_VERSION && version !== 1) throw new RangeError(`index snapshot version ${version} is not ${SNAPSHOT_VERSION} (nor 1)`);
-    const recordBytes = version === 1 ? 32 : RECORD_BYTES;
+    const snap = new SnapshotReader(bytes);
     const localTime = (last: number) => {
       if (!clock) return last;
       const t = clock.takenAt === undefined ? last : clock.now - Math.max(0, clock.takenAt - last);
       return Math.min(t, clock.now);
     };
-    const total = view.getUint32(8, true);
-    const replicaCount = view.getUint32(12, true);
-    const decoder = new TextDecoder("utf-8", { fatal: true });
-    const names: string[] = [];
-    let at = 16;
-    for (let i = 0; i < replicaCount; i++) {
-      if (at + 2 > bytes.byteLength) bad();
-      const len = view.getUint16(at, true);
-      if (at + 2 + len > bytes.byteLength) bad();
-      names.push(decoder.decode(bytes.subarray(at + 2, at + 2 + len)));
-      at += 2 + len;
-    }
-    const available = Math.floor((bytes.byteLength - at) / recordBytes);
-    const records = Math.min(total, available);
-    let skipped = total - records;
-    const base = at;
-    const rec = (i: number) => base + i * recordBytes;
-
-    // Newest first, so a parent's fate is known before its children's.
-    const keepRecord = new Uint8Array(records);
-    const kept = names.map((n) => keep(n));
-    for (let i = records - 1; i >= 0; i--) {
-      const o = rec(i);
-      const r = view.getUint16(o + 8, true);
-      const flags = view.getUint8(o + 10);
-      const last = view.getFloat64(o + 20, true);
-      const parent = view.getInt32(o + 28, true);
-      let ok = r < names.length && kept[r]! && flags <= PERSISTED && Number.isFinite(last) && last >= 0;
-      if (ok && parent !== NIL) {
-        // A parent is newer than its child: later in the snapshot, on the same replica, kept.
-        ok = parent > i && parent < records && keepRecord[parent] === 1 && view.getUint16(rec(parent) + 8, true) === r;
-      }
-      if (ok) keepRecord[i] = 1;
-      else skipped++;
-    }
+    const records = snap.records;
+    const { load, dropped } = snap.wellFormed(keep, PERSISTED);
+    let skipped = snap.missing + dropped;
 
     let restored = 0;
     // One allocation for all of them: doubling step by step would leave every smaller
@@ -553,21 +485,20 @@ export class PrefixIndex {
     // Entries this index already had (restoring onto a live index: the cluster's catch-up).
     const existed = new Uint8Array(records);
     for (let i = 0; i < records; i++) {
-      if (!keepRecord[i]) continue;
-      const o = rec(i);
-      const r = this.idOf(names[view.getUint16(o + 8, true)]!);
-      const lo = view.getUint32(o, true);
-      const hi = view.getUint32(o + 4, true);
+      if (!load[i]) continue;
+      const r = this.idOf(snap.names[snap.replica(i)]!);
+      const lo = snap.lo(i);
+      const hi = snap.hi(i);
       const newest = this.newest[r]!;
-      const at = Math.max(localTime(view.getFloat64(o + 20, true)), newest === NIL ? 0 : this.last[newest]!);
-      const commit = version === 1 ? 0 : view.getUint32(o + 32, true);
+      const at = Math.max(localTime(snap.last(i)), newest === NIL ? 0 : this.last[newest]!);
+      const commit = snap.commit(i);
       const found = this.find(lo, hi, r);
       if (found !== NIL) {
         // Known already: it takes the record's place in the order, so the restored children
         // hang from it and stay older than their parent (what eviction and match rely on).
         skipped++;
         existed[i] = 1;
-        this.flags[found]! |= view.getUint8(o + 10);
+        this.flags[found]! |= snap.flags(i);
         this.unlink(found);
         this.last[found] = at;
         this.commit[found] = commit;
@@ -575,9 +506,9 @@ export class PrefixIndex {
         created[i] = found;
         continue;
       }
-      const e = this.create(lo, hi, r, view.getUint32(o + 12, true), NIL);
-      this.flags[e]! |= view.getUint8(o + 10);
-      this.tail[e] = view.getUint32(o + 16, true);
+      const e = this.create(lo, hi, r, snap.delta(i), NIL);
+      this.flags[e]! |= snap.flags(i);
+      this.tail[e] = snap.tail(i);
       this.last[e] = at;
       this.commit[e] = commit;
       this.append(e);
@@ -588,7 +519,7 @@ export class PrefixIndex {
     for (let i = 0; i < records; i++) {
       const e = created[i]!;
       if (e === NIL || existed[i]) continue;
-      const parentAt = view.getInt32(rec(i) + 28, true);
+      const parentAt = snap.parent(i);
       const p = parentAt === NIL ? NIL : created[parentAt]!;
       if (p === NIL) continue;
       this.parent[e] = p;
@@ -847,11 +778,6 @@ export class PrefixIndex {
     }
   }
 }
-
-const MAGIC = [0x4c, 0x52, 0x49, 0x58]; // "LRIX"
-/** 2: each record carries its commit tag (36 bytes). */
-const SNAPSHOT_VERSION = 2;
-const RECORD_BYTES = 36;
 
 /** A multiset of 64-bit hashes with the characters each stands for: the fleet's distinct total. */
 class HashCounts {

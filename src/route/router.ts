@@ -2,15 +2,17 @@
  * The routing decision, end to end and still pure: previous_response_id stickiness, the
  * configured policy, the `max_inflight` spill every policy honours, and what the decision
  * expected of the cache. The caller passes the fleet snapshot and the clock, commits the
- * decision it acted on, and reports what the engine delivered (`feedback`), which corrects
- * the index when the engine has evicted what the index still believed held.
+ * decision it acted on, and reports what the engine delivered (`feedback`), which
+ * ./evidence.ts judges: it corrects the index when the engine has evicted what the index
+ * still believed held.
  */
 import { chainChars, continuationLink, linkHash, type PrefixChain } from "./chain.ts";
 import { hex64, type Hasher } from "./hash.ts";
 import type { CacheAwareOptions } from "./options.ts";
 import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
-import { breakPoints, explainBreak, learnedBreak, predictedEnd, type BreakPoints, type TemplateEvidence } from "./template.ts";
+import { EngineEvidence, type CacheVerdict } from "./evidence.ts";
+import { breakPoints, type BreakPoints } from "./template.ts";
 
 export interface RouterOptions {
   policy: Policy;
@@ -106,77 +108,12 @@ export interface Routed extends Decision {
   estimate: RouteEstimate;
 }
 
-/**
- * How the engine's report compared with the index's expectation. `template`: short of a
- * settled prediction where nothing could have been evicted (the card had room for all it was
- * sent since): the engine's chat template rendered the earlier turns differently this time
- * (Mistral 3's tools before the last user message, Qwen3's reasoning of earlier turns), so
- * the continuation stopped being a token prefix — the index is not corrected for it.
- */
-export type Verdict = "hit" | "miss" | "template" | "unexpected_hit" | "cold" | "unsettled";
-
 /** Undo a commit's new links (see Router.commit); returns how many were removed. */
 export type Retract = () => number;
 
 /** An acted-on decision (Router.commit): called, it is taken back; `tag` is its identity. */
 export type Commit = Retract & { readonly tag: number };
 
-/** Per replica: predicted vs delivered, and whether the engine's reports are trusted. */
-export interface ReplicaTruth {
-  predictedTokens: number;
-  deliveredTokens: number;
-  hits: number;
-  misses: number;
-  unexpectedHits: number;
-  /** Shortfalls read as template breaks, not evictions. */
-  templates: number;
-  /** Where those shortfalls ended, by the kind of break that explains them (see ./template.ts). */
-  template: TemplateEvidence;
-  /** Entries dropped because the engine had evicted them. */
-  corrected: number;
-  /** What the engine's reports say of its KV (see CapacityEvidence). */
-  capacity: CapacityEvidence;
-  /** Tokens the index predicted cached on requests whose engine reported nothing, since the last window was read. */
-  windowPredictedTokens: number;
-  /**
-   * What the last window left to the next (see `windowFeedback`): a short window's prediction
-   * and hits, judged with the next one; or hits beyond its prediction, whose requests the
-   * router saw end only after the read.
-   */
-  windowCarry: { predicted: number; hits: number };
-  /** The engine has delivered a real hit at least once. */
-  reported: boolean;
-  /** Misses no eviction explains (the card had room): what an engine whose cache is off shows. */
-  unexplained: number;
-  /** The engine never delivered a predicted hit: its reports are not acted on (its cache may be off). */
-  distrusted: boolean;
-}
-
-/**
- * What the engine's reports prove about a card's KV, in tokens: a hit on a prefix after
- * `lower` tokens of other prefixes proves it holds at least that much; an eviction after
- * `upper` proves it holds less. An LRU cache keeps a prefix exactly while what was used
- * since fits, so these bound its capacity whatever kv_tokens or the engine said.
- */
-export interface CapacityEvidence {
-  lowerTokens?: number;
-  upperTokens?: number;
-  /** When the upper bound was last confirmed (ms): it relaxes with time without new evictions. */
-  upperAt?: number;
-}
-
-/** A prediction is judged only when it is worth this many tokens (block rounding, template overhead). */
-const JUDGE_TOKENS = 256;
-/**
- * Share of a card's believed KV that must have been used since a prefix's last use before a
- * shortfall can be an eviction. Below it the card had room: an LRU engine evicted nothing.
- * (Not 1: decode tokens, running sequences and chars-per-token error are not in the count.)
- */
-const PRESSURE = 0.6;
-/** An upper bound grows by this share per capacity window without a new eviction to confirm it. */
-export const UPPER_RELAX = 0.1;
-/** Misses without a single hit before the engine's reports stop being acted on. */
-const DISTRUST_AFTER = 8;
 /** Continuations whose gap since their previous turn is remembered (see `Router.turnHorizon`). */
 const TURN_GAPS = 64;
 /** Continuations seen before their gaps are trusted to say when a prompt is not coming back. */
@@ -189,12 +126,13 @@ export class Router {
   readonly index: PrefixIndex;
   /** Set when this router shares its state with other instances (src/cluster). */
   sink?: RouterSink;
+  /** What the engines' reports prove per replica (./evidence.ts). */
+  readonly evidence: EngineEvidence;
   /** Spread counter: advanced only by decisions that consumed it. */
   counter = 0;
   private readonly responses = new Map<string, string>();
   /** Session identity (a 64-bit hash of the client's key) → the replica it last ran on. */
   private readonly sessions = new Map<bigint, string>();
-  private readonly truths = new Map<string, ReplicaTruth>();
   private readonly maxResponses: number;
   private readonly maxSessions: number;
   private readonly hasher: Hasher;
@@ -213,6 +151,7 @@ export class Router {
   constructor(options: RouterOptions) {
     this.policy = options.policy;
     this.index = options.index;
+    this.evidence = new EngineEvidence(options.index, (replica, usedBy) => this.sink?.forgetUsedBy(replica, usedBy));
     this.hasher = options.hasher;
     this.maxInflight = options.maxInflight;
     this.cacheAware = options.cacheAware;
@@ -250,8 +189,7 @@ export class Router {
       // A continuation that adds a user turn: where this replica's template has been seen to
       // end the cache, the hit it will really deliver.
       const breaks = continuation && m.chars > 0 && input.shape.sequences.length === 1 ? breakPoints(input.shape.sequences[0]!, m.chars) : undefined;
-      const rule = breaks ? learnedBreak(this.truthOf(replica).template) : undefined;
-      const captured = breaks && rule ? Math.min(m.chars, predictedEnd(breaks, rule.kind, rule.toolsLate)) : m.chars;
+      const captured = this.evidence.expectedChars(replica, m.chars, breaks);
       return {
         ...decision,
         estimate: {
@@ -354,221 +292,19 @@ export class Router {
     if (session !== undefined) remember(this.sessions, session, replica, this.maxSessions);
   }
 
-  /**
-   * What the engine delivered (usage's cached tokens) against what the decision expected,
-   * for the request committed at `committedAt`. Within block rounding: a hit, and proof the
-   * card held everything used since the prefix's last use. Short of a settled prediction:
-   * an eviction only if the card could have run out of room — what was used there since the
-   * prefix's last use (its LRU reuse distance) fills most of the KV believed, or, on an
-   * engine with one prompt per slot, at least as many other conversations as it has slots.
-   * Then an LRU cache evicted everything used before it too: those entries are dropped, and
-   * the distance bounds the card's capacity from above. Otherwise nothing could have been
-   * evicted: the engine's template rendered the earlier turns differently (a `template`
-   * verdict); the index is right about what was sent and is left alone. More than predicted:
-   * a hit the index did not know (the chain is recorded by the commit already), and proof the
-   * card holds more. An engine that never delivers a predicted hit is not believed, so a
-   * cache that is off (or an engine that reports zeros) cannot empty the index.
-   * `cachedTokens` undefined: the engine said nothing (the prediction joins the window the
-   * engine's counters are compared with, see `windowFeedback`).
-   */
-  feedback(replica: string, estimate: RouteEstimate, cachedTokens: number | undefined, committedAt: number = Date.now()): Verdict | undefined {
-    const truth = this.truthOf(replica);
-    const predicted = estimate.capturedChars / estimate.charsPerToken;
-    if (cachedTokens === undefined || !(cachedTokens >= 0)) {
-      if (estimate.settled) truth.windowPredictedTokens += predicted;
-      return undefined;
-    }
-    truth.predictedTokens += predicted;
-    truth.deliveredTokens += cachedTokens;
-    // Block rounding: vLLM caches whole blocks and recomputes the last token, hybrid models use
-    // blocks of hundreds of tokens; a shortfall within one block is no news.
-    const margin = Math.max(JUDGE_TOKENS, estimate.blockTokens + 32);
-    if (cachedTokens > predicted + Math.max(margin, predicted / 2)) {
-      truth.unexpectedHits++;
-      return "unexpected_hit";
-    }
-    if (predicted < margin) return "cold";
-    if (!estimate.settled) return "unsettled";
-    // The engine caches: it has delivered a real hit (the index may still over-believe).
-    if (cachedTokens >= margin) {
-      truth.reported = true;
-      truth.distrusted = false;
-    }
-    const cpt = estimate.charsPerToken;
-    const budgetTokens = estimate.budgetChars / cpt;
-    // Only distances up to twice the KV believed can say anything new.
-    const since = this.index.distance(replica, estimate.matchedAt, committedAt, Number.isFinite(estimate.budgetChars) ? 2 * estimate.budgetChars : 64 * estimate.capturedChars);
-    const sinceTokens = since.chars / cpt;
-    // Delivered all but block rounding and template tokens: as predicted.
-    if (predicted - cachedTokens < margin || cachedTokens >= predicted * 0.9) {
-      truth.hits++;
-      if (!since.capped) this.proveAtLeast(truth, sinceTokens + predicted);
-      return "hit";
-    }
-    const eviction = this.evictionPlausible(truth, predicted, sinceTokens, since, budgetTokens, estimate.slots);
-    // Only a prompt carrying earlier turns can be rendered differently by a chat template; a
-    // one-shot's prefix that fell short without pressure was evicted all the same (or its
-    // engine restarted unseen): the KV believed is more than the card has.
-    if (eviction !== "likely" && estimate.continuation) {
-      // Where this template ends the cache, learnt to predict the next such turn's real hit.
-      const kind = estimate.breaks && explainBreak(estimate.breaks, cachedTokens * cpt, Math.max(margin * cpt, 0.05 * cachedTokens * cpt));
-      // On a card whose KV is unknown an eviction is only possible; a shortfall that ends just
-      // where the template would end it is the template (an LRU eviction cuts a prefix at no
-      // such place); read as an eviction, it would drop entries the card still holds.
-      if (eviction === "no" || kind) {
-        truth.templates++;
-        if (kind) truth.template.counts[kind] = (truth.template.counts[kind] ?? 0) + 1;
-        return "template";
-      }
-    }
-    const pressure = eviction !== "no";
-    // Short, wholly or in part: the engine evicted the prefix's tail, last used at matchedAt.
-    truth.misses++;
-    // A cache that is off looks like misses where nothing could have been evicted; misses on a
-    // thrashing card (more conversations than slots, a full KV) say nothing about that.
-    if (!pressure) truth.unexplained++;
-    if (!truth.reported && truth.unexplained >= DISTRUST_AFTER) truth.distrusted = true;
-    if (!truth.distrusted) {
-      // What survived plus everything used since fit; the whole prefix did not. (An engine
-      // that never delivered a hit says nothing about its KV — unless it keeps one prompt
-      // per slot and more conversations than slots came between: that is its wall.)
-      if (!since.capped && (truth.reported || (estimate.slots !== undefined && pressure))) {
-        this.proveAtLeast(truth, sinceTokens + cachedTokens);
-        this.proveBelow(truth, sinceTokens + predicted, committedAt);
-      }
-      const dropped = this.index.forgetUsedBy(replica, estimate.matchedAt);
-      truth.corrected += dropped;
-      if (dropped > 0) this.sink?.forgetUsedBy(replica, estimate.matchedAt);
-    }
-    return "miss";
+  /** Judge what the engine delivered against the decision's estimate: EngineEvidence.feedback. */
+  feedback(replica: string, estimate: RouteEstimate, cachedTokens: number | undefined, committedAt: number = Date.now()): CacheVerdict | undefined {
+    return this.evidence.feedback(replica, estimate, cachedTokens, committedAt);
   }
 
-  /**
-   * Could the card have evicted the prefix? `likely` if what it was sent since the prefix's
-   * last use (plus the prefix) fills most of its KV; `possible` if its KV is unknown and
-   * something came after it that no hit has proven it holds beside it; on a slotted engine,
-   * `no` unless at least as many other conversations came since as it has slots (each takes
-   * the least recently used one).
-   */
-  private evictionPlausible(
-    truth: ReplicaTruth,
-    predicted: number,
-    sinceTokens: number,
-    since: { tips: number; capped: boolean },
-    budgetTokens: number,
-    slots: number | undefined,
-  ): "likely" | "possible" | "no" {
-    if (since.capped) return "likely";
-    if (slots !== undefined && since.tips < slots) return "no";
-    const need = sinceTokens + predicted;
-    if (Number.isFinite(budgetTokens)) return need >= PRESSURE * budgetTokens ? "likely" : "no";
-    // Unknown KV: an LRU cache evicts a prefix only for what came after it (and not what a hit
-    // has already shown it holds).
-    return sinceTokens > 0 && !(truth.capacity.lowerTokens !== undefined && truth.capacity.lowerTokens >= need) ? "possible" : "no";
-  }
-
-  private proveAtLeast(truth: ReplicaTruth, tokens: number): void {
-    const c = truth.capacity;
-    if (!(tokens > (c.lowerTokens ?? 0))) return;
-    c.lowerTokens = Math.round(tokens);
-    // A card that held this much is not smaller: an older, lower upper bound was noise.
-    if (c.upperTokens !== undefined && c.upperTokens < c.lowerTokens) {
-      delete c.upperTokens;
-      delete c.upperAt;
-    }
-  }
-
-  private proveBelow(truth: ReplicaTruth, tokens: number, at: number): void {
-    const c = truth.capacity;
-    if (c.lowerTokens !== undefined && tokens <= c.lowerTokens) return;
-    if (c.upperTokens === undefined || tokens < c.upperTokens) c.upperTokens = Math.round(tokens);
-    c.upperAt = at;
-  }
-
-  /**
-   * The engine's own cache counters over a window (hits and queries since the last read),
-   * for a replica whose responses carry no cached tokens: compared with what the index
-   * predicted cached for the requests answered in the window. Returns the window's verdict
-   * (undefined: too little predicted to judge, or judged with the next window). A window far
-   * short of the prediction on a card the index believes full bounds its capacity by what
-   * the index holds there.
-   *
-   * A prediction joins the window when the router sees its request end; the engine counts the
-   * hit when it counts it — vLLM when it schedules the prefill (its prefix_cache counters move
-   * with each step's scheduler stats), SGLang when the request finishes, just before or just
-   * after its last chunk leaves (tokenizer_manager.py). So a read can fall between a hit and
-   * its prediction either way: a short window is not a miss until the next one is short too,
-   * with both counted together, and hits beyond a window's prediction meet theirs in the next.
-   */
+  /** Judge a window of the engine's own cache counters: EngineEvidence.windowFeedback. */
   windowFeedback(replica: string, hits: number, heldTokens: number, budgetTokens: number, now: number): "hit" | "miss" | undefined {
-    const truth = this.truthOf(replica);
-    const carry = truth.windowCarry;
-    const predicted = carry.predicted + truth.windowPredictedTokens;
-    const found = carry.hits + hits;
-    truth.windowPredictedTokens = 0;
-    truth.windowCarry = { predicted: 0, hits: 0 };
-    if (predicted < JUDGE_TOKENS) {
-      truth.windowCarry.hits = hits;
-      return undefined;
-    }
-    if (found < predicted * 0.8 && carry.predicted === 0) {
-      truth.windowCarry = { predicted, hits: found };
-      return undefined;
-    }
-    truth.predictedTokens += predicted;
-    truth.deliveredTokens += Math.min(found, predicted);
-    if (found >= predicted * 0.8) {
-      truth.hits++;
-      truth.reported = true;
-      truth.distrusted = false;
-      this.proveAtLeast(truth, Math.min(heldTokens, found));
-      truth.windowCarry.hits = Math.max(0, Math.min(hits, found - predicted));
-      return "hit";
-    }
-    truth.misses++;
-    const pressure = !Number.isFinite(budgetTokens) || heldTokens >= PRESSURE * budgetTokens;
-    if (!pressure) truth.unexplained++;
-    if (!truth.reported && truth.unexplained >= DISTRUST_AFTER) truth.distrusted = true;
-    if (!truth.distrusted && pressure && truth.reported) this.proveBelow(truth, heldTokens, now);
-    return "miss";
+    return this.evidence.windowFeedback(replica, hits, heldTokens, budgetTokens, now);
   }
 
-  /** The KV this replica is believed to hold, in tokens: the starting belief bounded by the evidence. */
+  /** The KV this replica is believed to hold: EngineEvidence.believedKvTokens. */
   believedKvTokens(replica: string, starting: number | undefined, now: number, windowMs: number): number | undefined {
-    const c = this.truthOf(replica).capacity;
-    let upper = c.upperTokens;
-    if (upper !== undefined && c.upperAt !== undefined && windowMs > 0) {
-      // Evictions seen long ago under other traffic say less about today's card.
-      upper *= 1 + UPPER_RELAX * Math.max(0, Math.floor((now - c.upperAt) / windowMs));
-    }
-    let belief = starting;
-    if (upper !== undefined && (belief === undefined || upper < belief)) belief = upper;
-    if (c.lowerTokens !== undefined && belief !== undefined && c.lowerTokens > belief) belief = c.lowerTokens;
-    return belief;
-  }
-
-  truthOf(replica: string): ReplicaTruth {
-    let t = this.truths.get(replica);
-    if (!t) {
-      t = {
-        predictedTokens: 0,
-        deliveredTokens: 0,
-        hits: 0,
-        misses: 0,
-        templates: 0,
-        template: { counts: {} },
-        unexpectedHits: 0,
-        corrected: 0,
-        reported: false,
-        unexplained: 0,
-        distrusted: false,
-        capacity: {},
-        windowPredictedTokens: 0,
-        windowCarry: { predicted: 0, hits: 0 },
-      };
-      this.truths.set(replica, t);
-    }
-    return t;
+    return this.evidence.believedKvTokens(replica, starting, now, windowMs);
   }
 
   /** A Responses API response `id` was produced by `replica` (`share`: tell the sink). */
@@ -594,7 +330,7 @@ export class Router {
    */
   forget(replica: string, share = true): void {
     this.index.forget(replica);
-    this.truths.delete(replica);
+    this.evidence.forget(replica);
     for (const [id, owner] of this.responses) if (owner === replica) this.responses.delete(id);
     for (const [key, owner] of this.sessions) if (owner === replica) this.sessions.delete(key);
     if (share) this.sink?.forget(replica);

@@ -1,5 +1,6 @@
 /**
- * What the router learns from what the engine delivered, beyond hit and miss: a shortfall is
+ * What the router learns from what the engine delivered (src/route/evidence.ts): the
+ * engine's cached_tokens correct the index; beyond hit and miss, a shortfall is
  * an eviction only when the card could have run out of room; otherwise, on a continuation,
  * it is the chat template re-rendering earlier turns (the index stays as it is). Evictions
  * and hits bound the card's KV from both sides, whatever kv_tokens said.
@@ -18,6 +19,99 @@ const conversation = (label: string, turns: number, systemChars = 20_000, turnCh
 };
 const oneShot = (label: string) => chat([{ role: "user", content: words(20_000, label) }]);
 
+describe("feedback: the engine's cached_tokens correct the index", () => {
+  const long = (label: string) => chat([{ role: "user", content: words(20_000, label) }]);
+
+  function setup() {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    send(r, long("old A"), [replicas[0]!], 1);
+    send(r, long("old B"), [replicas[0]!], 2);
+    send(r, long("newer"), [replicas[0]!], 3);
+    return { r, replicas };
+  }
+
+  it("a settled prediction the engine did not deliver drops what the replica used up to then", () => {
+    const { r, replicas } = setup();
+    const again = send(r, long("old B"), replicas, 10)!;
+    expect(again).toMatchObject({ replica: "gpu0", reason: "cache" });
+    expect(r.feedback("gpu0", again.estimate, 0)).toBe("miss");
+    // "old A" (older) and "old B" (the evicted one, before this request) went; the newer stayed
+    expect(r.index.match(long("old A").chains[0]!, "gpu0").depth).toBe(0);
+    expect(r.index.match(long("newer").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
+    // and the request itself was just prefilled there again
+    expect(r.index.match(long("old B").chains[0]!, "gpu0").chars).toBe(chainChars(long("old B").chains[0]!));
+    expect(r.evidence.of("gpu0")).toMatchObject({ misses: 1, hits: 0 });
+  });
+
+  it("a partial delivery is a miss too: the engine evicted the prefix's tail, and what was used before it", () => {
+    const { r, replicas } = setup();
+    const again = send(r, long("old B"), replicas, 10)!;
+    // ~5,000 tokens expected; the engine had 3,000 of them
+    expect(r.feedback("gpu0", again.estimate, 3_000)).toBe("miss");
+    expect(r.index.match(long("old A").chains[0]!, "gpu0").depth).toBe(0);
+    expect(r.evidence.of("gpu0")).toMatchObject({ misses: 1, reported: true, distrusted: false });
+  });
+
+  it("a delivered hit confirms; a hit the index did not expect is counted", () => {
+    const { r, replicas } = setup();
+    const again = send(r, long("newer"), replicas, 10)!;
+    expect(r.feedback("gpu0", again.estimate, 4_990)).toBe("hit");
+    const cold = send(r, long("never seen"), replicas, 11)!;
+    expect(r.feedback(cold.replica, cold.estimate, 4_000)).toBe("unexpected_hit");
+    expect(r.feedback(cold.replica, cold.estimate, undefined)).toBeUndefined();
+    expect(r.evidence.of("gpu0")).toMatchObject({ hits: 1 });
+    expect(r.evidence.of(cold.replica).unexpectedHits).toBe(1);
+  });
+
+  it("a prediction made while the prefix was still being prefilled is not judged", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    send(r, long("doc"), replicas, 5);
+    // The first request has not reached its first byte: gpu0 reports it pending since 5.
+    replicas[0]!.pendingSince = 5;
+    const sibling = send(r, long("doc"), replicas, 6)!;
+    expect(sibling.estimate.settled).toBe(false);
+    // The engine computes that prefix again for this one: its queue grows by all of it.
+    expect(sibling.estimate.uncachedTokens).toBe(sibling.estimate.totalChars / 4);
+    expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("unsettled");
+    expect(r.index.match(long("doc").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
+  });
+
+  it("on an engine that looks the prefix up when it schedules the request (vLLM), one queued behind its prefill adds only what is new to the queue", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    send(r, long("doc"), replicas, 5);
+    // The engine looks the prefix up when this request's turn comes, after that prefill.
+    replicas[0]!.pendingSince = 5;
+    replicas[0]!.matchedWhenScheduled = true;
+    const sibling = send(r, long("doc"), replicas, 6)!;
+    expect(sibling.replica).toBe("gpu0");
+    // Its queue grows by what is not cached there: nothing of this prompt.
+    expect(sibling.estimate.uncachedTokens).toBe(0);
+    // Not judged: two requests sent at once may reach the engine the other way round.
+    expect(sibling.estimate.settled).toBe(false);
+    expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("unsettled");
+  });
+
+  it("an engine that never delivers a predicted hit is not believed (its cache may be off)", () => {
+    const r = router("hybrid");
+    const replicas = fleet(1);
+    const miss = (i: number) => {
+      send(r, long(`older ${i}`), replicas, i * 3); // what a believed miss drops
+      send(r, long("doc"), replicas, i * 3 + 1);
+      const again = send(r, long("doc"), replicas, i * 3 + 2)!;
+      return r.feedback("gpu0", again.estimate, 0, i * 3 + 2);
+    };
+    for (let i = 0; i < 8; i++) expect(miss(i)).toBe("miss");
+    expect(r.evidence.of("gpu0")).toMatchObject({ hits: 0, misses: 8, distrusted: true });
+    // the first seven misses were believed and corrected the index; the eighth was not
+    const older = (i: number) => r.index.match(long(`older ${i}`).chains[0]!, "gpu0").depth;
+    expect([older(0), older(6), older(7)].map((d) => d > 0)).toEqual([false, false, true]);
+    expect(r.evidence.of("gpu0").corrected).toBeGreaterThan(0);
+  });
+});
+
 describe("a shortfall where the card had room is not an eviction", () => {
   it("a continuation that falls short on a card far from full: template, the index untouched", () => {
     const r = router("hybrid");
@@ -35,7 +129,7 @@ describe("a shortfall where the card had room is not an eviction", () => {
     expect(r.feedback(turn.replica, turn.estimate, 2_500, 3)).toBe("template");
     expect(predicted).toBeGreaterThan(2_500 / 0.9);
     expect(r.index.size).toBe(entries);
-    expect(r.truthOf(turn.replica)).toMatchObject({ templates: 1, misses: 0, corrected: 0 });
+    expect(r.evidence.of(turn.replica)).toMatchObject({ templates: 1, misses: 0, corrected: 0 });
     // the other conversation is still believed held
     expect(r.index.match(talk("b", 0).chains[0]!, other.replica).depth).toBeGreaterThan(0);
   });
@@ -60,7 +154,7 @@ describe("a shortfall where the card had room is not an eviction", () => {
     const revisit = send(r, oneShot("doc 1"), replicas, 5)!;
     expect(r.feedback("gpu0", revisit.estimate, 0, 5)).toBe("miss");
     // evicted after two other documents of 5,000 tokens: the card holds less than 15,000
-    const c = r.truthOf("gpu0").capacity;
+    const c = r.evidence.of("gpu0").capacity;
     expect(c.upperTokens).toBeGreaterThan(14_000);
     expect(c.upperTokens).toBeLessThan(16_000);
     expect(r.believedKvTokens("gpu0", 1_000_000, 5, 300_000)).toBe(c.upperTokens!);
@@ -80,7 +174,7 @@ describe("a shortfall where the card had room is not an eviction", () => {
     expect(r.feedback("gpu0", back.estimate, 0, 5)).toBe("miss");
     // an LRU engine evicted what was used before it too
     expect(r.index.match(oneShot("older").chains[0]!, "gpu0").depth).toBe(0);
-    expect(r.truthOf("gpu0").corrected).toBeGreaterThan(0);
+    expect(r.evidence.of("gpu0").corrected).toBeGreaterThan(0);
   });
 });
 
@@ -121,9 +215,9 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
         expect(r.feedback("gpu0", sent.estimate, 0, at)).toBe("miss");
       }
     }
-    expect(r.truthOf("gpu0")).toMatchObject({ misses: 16, unexplained: 0, distrusted: false });
+    expect(r.evidence.of("gpu0")).toMatchObject({ misses: 16, unexplained: 0, distrusted: false });
     // and what the slots hold is bounded: less than four conversations' worth
-    const upper = r.truthOf("gpu0").capacity.upperTokens!;
+    const upper = r.evidence.of("gpu0").capacity.upperTokens!;
     expect(upper).toBeLessThan((4 * chainChars(conversation("a", 4).chains[0]!)) / 4);
   });
 
@@ -167,7 +261,7 @@ describe("an engine with one prompt per slot (llama.cpp)", () => {
 describe("the KV believed: a starting figure bounded by the evidence", () => {
   it("an eviction bounds it from above, a hit from below, and an old upper bound relaxes", () => {
     const r = router("hybrid");
-    const c = r.truthOf("gpu0").capacity;
+    const c = r.evidence.of("gpu0").capacity;
     expect(r.believedKvTokens("gpu0", 100_000, 0, 1_000)).toBe(100_000);
     expect(r.believedKvTokens("gpu0", undefined, 0, 1_000)).toBeUndefined();
     c.upperTokens = 20_000;
@@ -187,15 +281,15 @@ describe("the KV believed: a starting figure bounded by the evidence", () => {
     const again = send(r, oneShot("doc"), replicas, 2)!;
     const predicted = again.estimate.capturedChars / 4;
     expect(r.feedback("gpu0", again.estimate, undefined, 2)).toBeUndefined();
-    expect(r.truthOf("gpu0").windowPredictedTokens).toBeCloseTo(predicted);
+    expect(r.evidence.of("gpu0").windowPredictedTokens).toBeCloseTo(predicted);
     expect(r.windowFeedback("gpu0", predicted, 9_000, 10_000, 3)).toBe("hit");
-    expect(r.truthOf("gpu0").windowPredictedTokens).toBe(0);
+    expect(r.evidence.of("gpu0").windowPredictedTokens).toBe(0);
     const third = send(r, oneShot("doc"), replicas, 4)!;
     r.feedback("gpu0", third.estimate, undefined, 4);
     // Short: judged with the next window, which brings nothing either: a miss.
     expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 5)).toBeUndefined();
     expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 6)).toBe("miss");
-    expect(r.truthOf("gpu0").capacity.upperTokens).toBe(9_000);
+    expect(r.evidence.of("gpu0").capacity.upperTokens).toBe(9_000);
     expect(chainChars(oneShot("doc").chains[0]!)).toBeGreaterThan(0);
   });
 
@@ -217,7 +311,7 @@ describe("the KV believed: a starting figure bounded by the evidence", () => {
     expect(r.windowFeedback("gpu0", predicted, 9_000, 10_000, 6)).toBeUndefined();
     r.feedback("gpu0", third.estimate, undefined, 7);
     expect(r.windowFeedback("gpu0", 0, 9_000, 10_000, 8)).toBe("hit");
-    expect(r.truthOf("gpu0")).toMatchObject({ hits: 2, misses: 0 });
+    expect(r.evidence.of("gpu0")).toMatchObject({ hits: 2, misses: 0 });
   });
 });
 
@@ -264,7 +358,7 @@ describe("where a template ends the cache is learnt, and predicted", () => {
     expect(verdicts.at(-2)).toBe("hit");
     const [predicted, delivered] = predictedVsDelivered.at(-2)!;
     expect(Math.abs(predicted! - delivered!)).toBeLessThan(16);
-    expect(r.truthOf("gpu0").corrected).toBe(0);
+    expect(r.evidence.of("gpu0").corrected).toBe(0);
   });
 
   it("Mistral 3 with tools: the cache ends where the previous last user message began, without the tools", () => {
@@ -313,6 +407,6 @@ describe("where a template ends the cache is learnt, and predicted", () => {
       }
     }
     expect(verdicts).toEqual(["template", "template", "hit", "hit", "hit", "hit"]);
-    expect(r.truthOf("gpu0")).toMatchObject({ misses: 0, corrected: 0 });
+    expect(r.evidence.of("gpu0")).toMatchObject({ misses: 0, corrected: 0 });
   });
 });

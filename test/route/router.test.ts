@@ -1,7 +1,8 @@
 /**
  * The router around the policy: what a decision expects of the cache (available, captured),
- * the feedback that corrects the index from what the engine delivered, and identity gaps
- * only the index can close (a raw completions prompt extending an earlier one).
+ * identity gaps only the index can close (a raw completions prompt extending an earlier
+ * one), sessions, and commits taken back. What the engine delivered is judged in
+ * evidence.test.ts.
  */
 import { describe, expect, it } from "bun:test";
 import { chainChars } from "../../src/route/chain.ts";
@@ -22,99 +23,6 @@ describe("estimates: available and captured", () => {
     const third = send(r, doc("c"), replicas)!; // back on gpu0, which holds it
     expect(third.estimate).toMatchObject({ availableChars: docChars, capturedChars: docChars });
     expect(third.estimate.uncachedTokens).toBeCloseTo((chainChars(doc("c").chains[0]!) - docChars) / 4);
-  });
-});
-
-describe("feedback: the engine's cached_tokens correct the index", () => {
-  const long = (label: string) => chat([{ role: "user", content: words(20_000, label) }]);
-
-  function setup() {
-    const r = router("hybrid");
-    const replicas = fleet(2);
-    send(r, long("old A"), [replicas[0]!], 1);
-    send(r, long("old B"), [replicas[0]!], 2);
-    send(r, long("newer"), [replicas[0]!], 3);
-    return { r, replicas };
-  }
-
-  it("a settled prediction the engine did not deliver drops what the replica used up to then", () => {
-    const { r, replicas } = setup();
-    const again = send(r, long("old B"), replicas, 10)!;
-    expect(again).toMatchObject({ replica: "gpu0", reason: "cache" });
-    expect(r.feedback("gpu0", again.estimate, 0)).toBe("miss");
-    // "old A" (older) and "old B" (the evicted one, before this request) went; the newer stayed
-    expect(r.index.match(long("old A").chains[0]!, "gpu0").depth).toBe(0);
-    expect(r.index.match(long("newer").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
-    // and the request itself was just prefilled there again
-    expect(r.index.match(long("old B").chains[0]!, "gpu0").chars).toBe(chainChars(long("old B").chains[0]!));
-    expect(r.truthOf("gpu0")).toMatchObject({ misses: 1, hits: 0 });
-  });
-
-  it("a partial delivery is a miss too: the engine evicted the prefix's tail, and what was used before it", () => {
-    const { r, replicas } = setup();
-    const again = send(r, long("old B"), replicas, 10)!;
-    // ~5,000 tokens expected; the engine had 3,000 of them
-    expect(r.feedback("gpu0", again.estimate, 3_000)).toBe("miss");
-    expect(r.index.match(long("old A").chains[0]!, "gpu0").depth).toBe(0);
-    expect(r.truthOf("gpu0")).toMatchObject({ misses: 1, reported: true, distrusted: false });
-  });
-
-  it("a delivered hit confirms; a hit the index did not expect is counted", () => {
-    const { r, replicas } = setup();
-    const again = send(r, long("newer"), replicas, 10)!;
-    expect(r.feedback("gpu0", again.estimate, 4_990)).toBe("hit");
-    const cold = send(r, long("never seen"), replicas, 11)!;
-    expect(r.feedback(cold.replica, cold.estimate, 4_000)).toBe("unexpected_hit");
-    expect(r.feedback(cold.replica, cold.estimate, undefined)).toBeUndefined();
-    expect(r.truthOf("gpu0")).toMatchObject({ hits: 1 });
-    expect(r.truthOf(cold.replica).unexpectedHits).toBe(1);
-  });
-
-  it("a prediction made while the prefix was still being prefilled is not judged", () => {
-    const r = router("hybrid");
-    const replicas = fleet(2);
-    send(r, long("doc"), replicas, 5);
-    // The first request has not reached its first byte: gpu0 reports it pending since 5.
-    replicas[0]!.pendingSince = 5;
-    const sibling = send(r, long("doc"), replicas, 6)!;
-    expect(sibling.estimate.settled).toBe(false);
-    // The engine computes that prefix again for this one: its queue grows by all of it.
-    expect(sibling.estimate.uncachedTokens).toBe(sibling.estimate.totalChars / 4);
-    expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("unsettled");
-    expect(r.index.match(long("doc").chains[0]!, "gpu0").depth).toBeGreaterThan(0);
-  });
-
-  it("on an engine that looks the prefix up when it schedules the request (vLLM), one queued behind its prefill adds only what is new to the queue", () => {
-    const r = router("hybrid");
-    const replicas = fleet(2);
-    send(r, long("doc"), replicas, 5);
-    // The engine looks the prefix up when this request's turn comes, after that prefill.
-    replicas[0]!.pendingSince = 5;
-    replicas[0]!.matchedWhenScheduled = true;
-    const sibling = send(r, long("doc"), replicas, 6)!;
-    expect(sibling.replica).toBe("gpu0");
-    // Its queue grows by what is not cached there: nothing of this prompt.
-    expect(sibling.estimate.uncachedTokens).toBe(0);
-    // Not judged: two requests sent at once may reach the engine the other way round.
-    expect(sibling.estimate.settled).toBe(false);
-    expect(r.feedback("gpu0", sibling.estimate, 0)).toBe("unsettled");
-  });
-
-  it("an engine that never delivers a predicted hit is not believed (its cache may be off)", () => {
-    const r = router("hybrid");
-    const replicas = fleet(1);
-    const miss = (i: number) => {
-      send(r, long(`older ${i}`), replicas, i * 3); // what a believed miss drops
-      send(r, long("doc"), replicas, i * 3 + 1);
-      const again = send(r, long("doc"), replicas, i * 3 + 2)!;
-      return r.feedback("gpu0", again.estimate, 0, i * 3 + 2);
-    };
-    for (let i = 0; i < 8; i++) expect(miss(i)).toBe("miss");
-    expect(r.truthOf("gpu0")).toMatchObject({ hits: 0, misses: 8, distrusted: true });
-    // the first seven misses were believed and corrected the index; the eighth was not
-    const older = (i: number) => r.index.match(long(`older ${i}`).chains[0]!, "gpu0").depth;
-    expect([older(0), older(6), older(7)].map((d) => d > 0)).toEqual([false, false, true]);
-    expect(r.truthOf("gpu0").corrected).toBeGreaterThan(0);
   });
 });
 
