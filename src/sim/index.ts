@@ -15,4 +15,5 @@ export { ManualClock, realClock, type Clock } from "./clock.ts";
 export { renderChat, type ChatMessage } from "./template.ts";
 export { renderTemplate, TEMPLATES, type TemplateName } from "./chat-templates.ts";
 export { DEFAULT_ENGINE, ENGINE_PROFILES, engineProfile, type EngineProfileName, type EngineFamily } from "./profiles/index.ts";
-export { SlotEngine, type SlotView, type PromptCacheView, type SlotSequence } from "./slots.ts";
+export { type PromptCacheView } from "./prompt-cache.ts";
+export { SlotEngine, type SlotView, type SlotSequence } from "./slots.ts";

@@ -46,3 +46,25 @@ export class Tokenizer {
 export function outputSeed(prompt: string): number {
   return Bun.hash.crc32(prompt);
 }
+
+/** Characters two strings share at their start (long runs compared natively first). */
+export function commonPrefixChars(a: string, b: string): number {
+  if (a === b) return a.length;
+  const n = Math.min(a.length, b.length);
+  const RUN = 1024;
+  let i = 0;
+  while (i + RUN <= n && a.startsWith(b.slice(i, i + RUN), i)) i += RUN;
+  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+  return i;
+}
+
+/**
+ * Tokens two texts share at their start (server_tokens::get_common_prefix). Tokens are
+ * `charsPerToken` characters on a grid from the start, so a token is shared when all its
+ * characters are; a shorter last token only equals the same last token.
+ */
+export function commonPrefixTokens(a: string, b: string, charsPerToken: number): number {
+  const chars = commonPrefixChars(a, b);
+  if (chars === a.length && chars === b.length) return Math.ceil(chars / charsPerToken);
+  return Math.floor(chars / charsPerToken);
+}

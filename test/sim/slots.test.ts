@@ -7,7 +7,7 @@ import { ManualClock } from "../../src/sim/clock.ts";
 import { resolveSimOptions, type SimOptions } from "../../src/sim/options.ts";
 import { openai, sim, state, stopAll } from "./_helpers.ts";
 import type { PrefixStop, SequenceResult } from "../../src/sim/engine-api.ts";
-import { commonPrefixTokens, SlotEngine, type SlotSequence } from "../../src/sim/slots.ts";
+import { SlotEngine, type SlotSequence } from "../../src/sim/slots.ts";
 
 /** 2 slots of 4,096 tokens, 1,000 prefill tok/s, reuse free, 4 chars per token, a 4 KiB-per-token RAM cache. */
 const BASE: Partial<SimOptions> = {
@@ -46,25 +46,6 @@ async function send(h: ReturnType<typeof setup>, prompt: string, maxTokens = 1) 
   const result = await run(h.clock, seq);
   return { seq, result, slot: seq.slot!.id };
 }
-
-describe("commonPrefixTokens", () => {
-  it.each([
-    ["abcdefgh", "abcdefgh", 2],
-    ["abcdefgh", "abcdefgX", 1],
-    ["abcdef", "abcdef", 2], // identical texts share their partial last token
-    ["abcdef", "abcdefgh", 1], // "ef" is not the token "efgh"
-    ["abcdefgh", "abcdefghijkl", 2],
-    ["", "abcd", 0],
-  ])("%p vs %p share %p tokens", (a, b, n) => {
-    expect(commonPrefixTokens(a, b, 4)).toBe(n);
-    expect(commonPrefixTokens(b, a, 4)).toBe(n);
-  });
-
-  it("finds a difference past the native comparison runs", () => {
-    const a = "x".repeat(5_000);
-    expect(commonPrefixTokens(a, `${"x".repeat(4_321)}y`, 4)).toBe(1_080);
-  });
-});
 
 describe("SlotEngine: slots and reuse", () => {
   it("reuses the common prefix at token granularity, not in blocks", async () => {
