@@ -11,8 +11,8 @@
  */
 import { parseArgs, renderUsage, runCommand, type ArgsDef, type CommandDef } from "citty";
 import pkg from "../package.json" with { type: "json" };
-import { checkArgs } from "./_args.ts";
-import { nearest } from "./_nearest.ts";
+import { checkArgs } from "./_strict-args.ts";
+import { didYouMean } from "./_did-you-mean.ts";
 import { LlmrouteError } from "./errors.ts";
 import { stderrIsJournal } from "./log.ts";
 import { configureUi, DEFAULT_LOG_LEVEL, logLevelArg, parseLogLevel, ui } from "./ui.ts";
@@ -83,7 +83,7 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
     return 0;
   }
   if (!(NAMES as string[]).includes(name)) {
-    const near = nearest(name.replace(/^-+/, ""), NAMES);
+    const near = didYouMean(name.replace(/^-+/, ""), NAMES);
     const what = name.startsWith("-") ? `a command comes first, not ${name}` : `unknown command ${JSON.stringify(name)}`;
     return fail(`llmroute: ${what}${near ? `; did you mean ${near}?` : ""}`, `Commands: ${NAMES.join(", ")}. Run "llmroute --help" for what each does.`);
   }

@@ -10,7 +10,7 @@
 import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { parse, TomlError } from "smol-toml";
-import { nearest } from "./_nearest.ts";
+import { didYouMean } from "./_did-you-mean.ts";
 import { shownUrl } from "./_shown-url.ts";
 import { explainTomlError } from "./_toml-errors.ts";
 import { tomlPositions, type KeyPosition } from "./_toml-positions.ts";
@@ -439,7 +439,7 @@ function checkUnknown(ctx: Ctx, path: string, t: Record<string, unknown>, schema
   for (const key of Object.keys(t)) {
     if (known.includes(key)) continue;
     const full = path === "" ? key : `${path}.${key}`;
-    const near = nearest(key, known);
+    const near = didYouMean(key, known);
     const hint = near === undefined ? `known keys here: ${known.join(", ")}` : `did you mean "${near}"?`;
     report(ctx, full, "key", { reason: `unknown key; ${hint}` });
   }
@@ -479,7 +479,7 @@ const bad = (reason: string) => ({ ok: false as const, reason });
 function oneOf<const T extends readonly string[]>(allowed: T): Check<T[number]> {
   return (v) => {
     if (typeof v === "string" && (allowed as readonly string[]).includes(v)) return ok(v as T[number]);
-    const near = typeof v === "string" ? nearest(v, allowed) : undefined;
+    const near = typeof v === "string" ? didYouMean(v, allowed) : undefined;
     return bad(`must be one of ${allowed.join(" | ")}${near ? ` (did you mean "${near}"?)` : ""}`);
   };
 }

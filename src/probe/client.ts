@@ -229,7 +229,7 @@ export async function chat(http: Http, target: Target, options: ChatOptions): Pr
   let firstChoiceAt: number | undefined;
   let firstTokenAt: number | undefined;
   let content = "";
-  let truth: ReturnType<typeof usageOf> = {};
+  let usage: ReturnType<typeof usageOf> = {};
   const handle = (payload: string) => {
     if (payload === "[DONE]") return;
     let chunk: Record<string, unknown>;
@@ -253,7 +253,7 @@ export async function chat(http: Http, target: Target, options: ChatOptions): Pr
       }
     }
     const u = usageOf(chunk);
-    truth = { ...truth, ...u };
+    usage = { ...usage, ...u };
   };
   try {
     const reader = res.body!.getReader();
@@ -269,7 +269,7 @@ export async function chat(http: Http, target: Target, options: ChatOptions): Pr
   }
   const totalMs = http.now() - started;
   const first = firstTokenAt ?? firstChoiceAt;
-  return { ttftMs: first === undefined ? totalMs : first - started, totalMs, streamed: first !== undefined, content, ...truth, ...routing };
+  return { ttftMs: first === undefined ? totalMs : first - started, totalMs, streamed: first !== undefined, content, ...usage, ...routing };
 }
 
 async function readAll(res: Response, target: Target, timeoutMs: number): Promise<string> {

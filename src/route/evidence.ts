@@ -2,12 +2,12 @@
  * What the engines' reports prove, per replica: each delivered `cached_tokens` (or a window of
  * the engine's own cache counters) judged against what the routing decision expected — a hit,
  * an eviction (the index is corrected), or a chat template that re-rendered earlier turns
- * (./template.ts, learnt here and predicted by the router) — and the bounds those verdicts put
+ * (./template-breaks.ts, learnt here and predicted by the router) — and the bounds those verdicts put
  * on a card's KV, whatever kv_tokens said. Pure: the router's index and the time come in.
  */
 import type { PrefixIndex } from "./prefix.ts";
 import type { RouteEstimate } from "./router.ts";
-import { explainBreak, learnedBreak, predictedEnd, type BreakPoints, type TemplateEvidence } from "./template.ts";
+import { explainBreak, learnedBreak, predictedEnd, type BreakPoints, type TemplateEvidence } from "./template-breaks.ts";
 
 /**
  * How the engine's report compared with the index's expectation. `template`: short of a
@@ -27,7 +27,7 @@ export interface ReplicaEvidence {
   unexpectedHits: number;
   /** Shortfalls read as template breaks, not evictions. */
   templates: number;
-  /** Where those shortfalls ended, by the kind of break that explains them (see ./template.ts). */
+  /** Where those shortfalls ended, by the kind of break that explains them (see ./template-breaks.ts). */
   template: TemplateEvidence;
   /** Entries dropped because the engine had evicted them. */
   corrected: number;

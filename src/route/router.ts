@@ -12,7 +12,7 @@ import type { CacheAwareOptions } from "./options.ts";
 import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
 import { EngineEvidence, type CacheVerdict } from "./evidence.ts";
-import { breakPoints, type BreakPoints } from "./template.ts";
+import { breakPoints, type BreakPoints } from "./template-breaks.ts";
 
 export interface RouterOptions {
   policy: Policy;

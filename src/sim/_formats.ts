@@ -7,7 +7,7 @@
  */
 import type { ReasoningReply } from "./chat-templates.ts";
 import type { FinishReason, SequenceResult } from "./engine-api.ts";
-import type { Endpoint } from "./template.ts";
+import type { Endpoint } from "./prompt-text.ts";
 
 export interface FormatContext {
   endpoint: Endpoint;

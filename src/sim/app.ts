@@ -29,7 +29,7 @@ import { decodeCallsOf } from "./profiles/llamacpp.ts";
 import { engineProfile, zeroCounters, type EngineProfile, type ReplicaCounters, type ReplicaView } from "./profiles/index.ts";
 import { Residency } from "./residency.ts";
 import { SlotEngine } from "./slots.ts";
-import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./template.ts";
+import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./prompt-text.ts";
 import { outputSeed } from "./tokenizer.ts";
 
 /** GET /sim/state: the engine's counters plus its configuration and pool. */

@@ -26,7 +26,7 @@
  * Tool definitions are written with JSON.stringify (Jinja's `tojson` puts spaces after `,`
  * and `:`): the sim's tokens are characters, and only consistency between turns matters.
  */
-import type { ChatMessage } from "./template.ts";
+import type { ChatMessage } from "./prompt-text.ts";
 
 export const TEMPLATES = ["chatml", "mistral3-tools", "deepseek-r1", "qwen3-reasoning"] as const;
 export type TemplateName = (typeof TEMPLATES)[number];

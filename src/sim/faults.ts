@@ -45,7 +45,7 @@
 import { ApiError } from "./_api-error.ts";
 import type { Clock } from "./clock.ts";
 import type { FaultOptions } from "./options.ts";
-import { isRecord } from "./template.ts";
+import { isRecord } from "./prompt-text.ts";
 
 export class Faults {
   private readonly clock: Clock;

@@ -12,7 +12,7 @@ export { SimEngine, type Sequence } from "./engine.ts";
 export type { SimEngineApi, SimSequence, SequenceResult, SequenceListener, EngineStats, PrefixStop, SlotInfo, KvSnapshot } from "./engine-api.ts";
 export { PROFILES, DEFAULT_PROFILE, resolveSimOptions, type SimOptions, type EngineOptions, type FaultOptions, type ProfileName } from "./options.ts";
 export { ManualClock, realClock, type Clock } from "./clock.ts";
-export { renderChat, type ChatMessage } from "./template.ts";
+export { renderChat, type ChatMessage } from "./prompt-text.ts";
 export { renderTemplate, TEMPLATES, type TemplateName } from "./chat-templates.ts";
 export { DEFAULT_ENGINE, ENGINE_PROFILES, engineProfile, type EngineProfileName, type EngineFamily } from "./profiles/index.ts";
 export { type PromptCacheView } from "./prompt-cache.ts";

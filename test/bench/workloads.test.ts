@@ -26,7 +26,7 @@ import { createHasher, hex64 } from "../../src/route/hash.ts";
 import { linkHash, prefixChains, type PrefixChain } from "../../src/route/chain.ts";
 import { shapeOf } from "../../src/route/shape.ts";
 import { renderChat } from "../../src/sim/index.ts";
-import { parseRequest } from "../../src/sim/template.ts";
+import { parseRequest } from "../../src/sim/prompt-text.ts";
 
 const spec: AgentSpec = { contextTokens: 6_000, turns: 5, turnTokens: 500, replyTokens: 32, systemTokens: 300 };
 /** A reply as the sim produces it: replyTokens tokens of CHARS_PER_TOKEN characters. */

@@ -8,7 +8,7 @@
 import { describe, expect, it } from "bun:test";
 import type { ArgsDef } from "citty";
 import pkg from "../../package.json" with { type: "json" };
-import { checkArgs } from "../../src/_args.ts";
+import { checkArgs } from "../../src/_strict-args.ts";
 import { runCli, type CliIO } from "../../src/cli.ts";
 import { CLI, runCli as runProcess } from "../helpers/proc.ts";
 import { captureUi } from "../helpers/ui.ts";

@@ -8,7 +8,7 @@
  */
 import { afterAll, describe, expect, it } from "bun:test";
 import OpenAI from "openai";
-import { parseRequest } from "../../src/sim/template.ts";
+import { parseRequest } from "../../src/sim/prompt-text.ts";
 import type { TemplateName } from "../../src/sim/chat-templates.ts";
 import { openai, sim, state, stopAll, words } from "./_helpers.ts";
 

@@ -37,7 +37,7 @@ import { ApiError } from "../_api-error.ts";
 import { anthropicBody, anthropicStream, responsesStream, splitOutput, sseData, SSE_DONE, type FormatContext, type StreamFormat } from "../_formats.ts";
 import type { SequenceResult, SlotInfo } from "../engine-api.ts";
 import { cppDouble } from "../metrics.ts";
-import { isRecord } from "../template.ts";
+import { isRecord } from "../prompt-text.ts";
 import type { EngineProfile, ReplicaView } from "./types.ts";
 
 /** The prebuilt server's build info (`--version`: build 1, commit 80fb11a). */

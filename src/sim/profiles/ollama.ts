@@ -39,7 +39,7 @@
 import { ApiError } from "../_api-error.ts";
 import { anthropicBody, anthropicStream, responseObject, responsesStream, splitOutput, sseData, SSE_DONE, type FormatContext, type StreamFormat } from "../_formats.ts";
 import type { SequenceResult } from "../engine-api.ts";
-import { isRecord } from "../template.ts";
+import { isRecord } from "../prompt-text.ts";
 import type { EngineProfile } from "./types.ts";
 
 export const OLLAMA_VERSION = "0.33.0";

@@ -52,7 +52,7 @@ import {
 } from "../_formats.ts";
 import type { SequenceResult } from "../engine-api.ts";
 import { escapeLabel, Exposition } from "../metrics.ts";
-import { isRecord } from "../template.ts";
+import { isRecord } from "../prompt-text.ts";
 import type { EngineProfile, ReplicaView } from "./types.ts";
 
 /** The EOS id a `stop` finish reports in `matched_stop` (Qwen2's `<|im_end|>`, the sim's tokenizer vocabulary). */

@@ -46,7 +46,7 @@ import {
 } from "../_formats.ts";
 import type { SequenceResult } from "../engine-api.ts";
 import { escapeLabel, Exposition } from "../metrics.ts";
-import { isRecord } from "../template.ts";
+import { isRecord } from "../prompt-text.ts";
 import type { EngineProfile, ReplicaView } from "./types.ts";
 
 export function vllmProfile(details: boolean): EngineProfile {

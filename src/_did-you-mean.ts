@@ -1,7 +1,7 @@
 /** Typo suggestions for config keys, flags and subcommands: "did you mean …?". */
 
 /** The known word closest to `word` by edit distance, if it is close enough to be a typo. */
-export function nearest(word: string, known: readonly string[]): string | undefined {
+export function didYouMean(word: string, known: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1;
   for (const candidate of known) {

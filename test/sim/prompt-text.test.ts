@@ -1,6 +1,6 @@
 import { describe, expect, it } from "bun:test";
 import { ApiError } from "../../src/sim/_api-error.ts";
-import { parseRequest, renderChat, tokenizeText, type ChatMessage, type Endpoint } from "../../src/sim/template.ts";
+import { parseRequest, renderChat, tokenizeText, type ChatMessage, type Endpoint } from "../../src/sim/prompt-text.ts";
 
 const REPLY = "kaf bol tem ";
 

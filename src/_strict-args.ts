@@ -12,7 +12,7 @@
  */
 import type { ArgsDef } from "citty";
 import { LlmrouteError } from "./errors.ts";
-import { nearest } from "./_nearest.ts";
+import { didYouMean } from "./_did-you-mean.ts";
 
 interface Spec {
   /** The flag as documented: --name. */
@@ -40,7 +40,7 @@ export function checkArgs(command: string, rawArgs: readonly string[], def: Args
   }
   const switches = [...long].filter(([, s]) => !s.takesValue).map(([n]) => `no-${n}`);
   const unknown = (flag: string, bare: string) => {
-    const near = nearest(bare, [...long.keys(), ...switches]);
+    const near = didYouMean(bare, [...long.keys(), ...switches]);
     return usage(command, `unknown flag ${flag}${near ? `; did you mean --${near}?` : ""}`);
   };
   /** A string flag's value is the next word, whatever it is (parseArgs takes it): refuse a flag there. */
@@ -100,7 +100,7 @@ export function checkArgs(command: string, rawArgs: readonly string[], def: Args
   }
   if (stray.length > positionals) {
     const word = stray[positionals]!;
-    const near = nearest(word.replace(/^-+/, ""), [...long.keys()]);
+    const near = didYouMean(word.replace(/^-+/, ""), [...long.keys()]);
     const hint =
       positionals >= literal
         ? `; words after "--" are arguments, not flags, and this command takes ${positionals === 0 ? "none" : `only ${positionals}`}`
