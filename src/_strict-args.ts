@@ -1,8 +1,9 @@
 /**
  * Strict command lines on top of citty. citty parses leniently — an unknown flag is kept
  * as a property nobody reads, a stray word is ignored, `--no-x` is accepted for any x —
- * so `probe --tokes 100` used to run with the default 16,000 tokens. Every subcommand's
- * raw argv is checked here against its `args` definition before citty sees it.
+ * so a mistyped flag ran with its default (docs/dependencies.md#the-design-cards-packages).
+ * Every subcommand's raw argv is checked here against its `args` definition before citty
+ * sees it.
  *
  * The rules follow what citty (node:util parseArgs underneath) will do with the same
  * argv, so nothing that passes here is read differently there: `--flag value`,

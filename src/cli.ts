@@ -129,7 +129,8 @@ export async function runCli(rawArgs: string[], io: CliIO = processIO()): Promis
 
 /**
  * citty's colours, taken out. consola/utils has a stripAnsi, but importing it loads node:tty
- * (~20 ms at every start); this pattern covers the SGR codes citty writes.
+ * at every start (docs/dependencies.md#the-design-cards-packages); this pattern covers the
+ * SGR codes citty writes.
  */
 function stripAnsi(text: string): string {
   return text.replace(/\x1b\[[0-9;]*m/g, "");

@@ -106,8 +106,8 @@ function terminalReporter(raw: (line: string, urgent: boolean) => void, terminal
 
 /**
  * stderr, written once per turn of the event loop: under load the lines of many requests
- * go out in one write instead of a system call each (the request line was ~4 % of the
- * proxy's CPU). Lines still pending when the process exits are written then.
+ * go out in one write instead of a system call each (perf/README.md#where-the-routers-time-goes).
+ * Lines still pending when the process exits are written then.
  */
 function batchedStderr(): (line: string, urgent: boolean) => void {
   let pending: string[] = [];

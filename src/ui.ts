@@ -79,7 +79,8 @@ function processOutput(): UiOutput {
  * use), plain lines on stderr at info. `throttle: 0`: consola would otherwise fold a line
  * repeated within a second into "(repeated N times)", and every line here is wanted.
  * No `stdout`/`stderr` streams: every reporter here writes where it was told, and touching
- * process.stderr at import costs Bun its stream set-up (~25 ms) before anything is printed.
+ * process.stderr at import costs Bun its stream set-up before anything is printed
+ * (docs/dependencies.md#the-design-cards-packages).
  */
 export const ui: ConsolaInstance = createConsola({
   level: DEFAULT_LOG_LEVEL,

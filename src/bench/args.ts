@@ -1,6 +1,7 @@
 /**
- * `llmroute bench` options: the flags, their defaults (the shapes of the RTX 3090 measurement), and one pure
- * parser from citty's raw strings to typed, validated options. A bad value is a usage
+ * `llmroute bench` options: the flags, their defaults (the shapes of the reference
+ * measurements, docs/bench-design.md), and one pure parser from citty's raw strings to
+ * typed, validated options. A bad value is a usage
  * error naming the flag, the value and what is allowed.
  */
 import type { ArgsDef } from "citty";
@@ -76,8 +77,7 @@ export interface BenchOptions {
  * loop (burst k starts `everyS` × k after the agents' first turns are back, whatever the
  * earlier bursts took) and the count is fixed, so every arm is offered the same load: paced
  * by their own completion, bursts came more often in an arm that served them faster, and
- * that arm's agents met more of them (measured: 4 bursts in hybrid's arm, 3 in
- * cache-aware's). Between turns each agent runs its tools for a time drawn once per run
+ * that arm's agents met more of them (docs/bench-design.md#mixed). Between turns each agent runs its tools for a time drawn once per run
  * (`toolS`, model seconds, the same for every arm): identical agents with no pause come out
  * of a burst together and stay in lockstep, sharing each prefill for the rest of the arm.
  */
@@ -99,14 +99,14 @@ export type Sizes = { sim: number; timeScale: number } & Pick<BenchOptions, "age
 };
 
 /**
- * Defaults. agent: the 90k-token conversation of the RTX 3090 measurement, a 2k-token tool result and a short
- * reply per turn. burst: 16 subagent requests sharing a 2k system prompt, sized like the
- * sim's calibration of that measurement's burst (≈4,871 prompt and 293 output tokens each, which
- * docs/sim.md's calibration solves from 30.1 s pinned / 18.6 s spread). shared: 8k-token documents, more of them than one
- * card's KV holds but fewer than two cards' (the regime where placement decides the hit
- * rate), Poisson arrivals. capacity: that measurement's three 50–80k families, sized so that any
- * two of them overflow one 3090 (the smallest pair is 130k > 122,636), which is the wall:
- * with three families on two cards some card carries two, whatever the placement.
+ * Defaults, each workload shaped like the reference measurements
+ * (docs/bench-design.md#the-reference-measurements). agent: a 90k-token conversation, a
+ * tool result and a short reply per turn. burst: subagent requests sharing a system prompt,
+ * sized like the sim's calibration of the measured burst. shared: 8k-token documents, more
+ * of them than one card's KV holds but fewer than two cards' (the regime where placement
+ * decides the hit rate), Poisson arrivals. capacity: three families, any two of which
+ * overflow one card, which is the wall: with three families on two cards some card carries
+ * two, whatever the placement.
  */
 export const DEFAULTS: Sizes = {
   sim: 2,
@@ -118,37 +118,26 @@ export const DEFAULTS: Sizes = {
   mixed: {
     // Three, not two: two identical agents in lockstep on two replicas, with even-sized
     // bursts between their turns, keep the round-robin counter's parity, so round-robin
-    // pins them by accident (measured: 1,063 ms vs hybrid 1,112 ms). Three do not.
+    // pins them by accident (docs/bench-design.md#mixed). Three do not.
     agents: 3,
     agent: { contextTokens: 40_000, turns: 10, turnTokens: 2_000, replyTokens: 64, systemTokens: 2_000 },
     burst: { size: 16, systemTokens: 1_000, taskTokens: 1_500, replyTokens: 64 },
-    // A burst every 25 s, four times: Ollama's profile serves one in 19–20 s (one prefill and
-    // decode at a time), so no profile is measured overloaded; on the vLLM profile (8 s a
-    // burst) the agents meet three of them.
+    // A burst every 25 s, four times: longer than the slowest engine profile takes to serve
+    // one, so no profile is measured overloaded (docs/bench-design.md#mixed).
     bursts: 4,
     everyS: 25,
     toolS: [0.5, 2.5],
   },
   shared: { docs: 24, docTokens: 8_000, tailTokens: 200, requests: 120, rate: 1, replyTokens: 32, seed: 1 },
-  // pressured: shared with the cache squeezed, as SGLang's gateway bench shrinks its cache.
-  // 26 documents × 8k = 208k tokens: 1.7 cards, 85 % of the two cards' 245,272 (shared's
-  // 192k is 78 %). Only a placement that keeps each document on one card, about half of
-  // them per card (13/13 or 14/12), holds them all; copies on both cards or a lopsided
-  // split evict. Six requests per document so the steady state outweighs the compulsory
-  // misses. 1 req/s, like shared: a fleet that misses everything (2 s a prefill) is just
-  // about saturated, one that hits is idle, so TTFT shows the hit rate, not a runaway queue.
+  // pressured: shared with the cache squeezed: only a placement that keeps each document
+  // on one card, about half of them per card, holds them all; several requests per
+  // document, so the steady state outweighs the compulsory misses; at 1 req/s TTFT shows
+  // the hit rate, not a runaway queue (docs/bench-design.md#shared-and-pressured).
   pressured: { docs: 26, docTokens: 8_000, tailTokens: 200, requests: 156, rate: 1, replyTokens: 32, seed: 1 },
-  // llmd: llm-d's shared_prefix (150 groups × 5 prompts, 6k system prompt, 1.2k question,
-  // sized to 73 % of their 8 pods' KV) scaled to the two sims: 15 groups × (6,000 + 5 ×
-  // 1,200) = 180k resident tokens, the same 73 % of the fleet's KV and 1.47 cards, so no
-  // card holds it and the fleet does. Replies are 100 tokens, not 1,000: the 3090 profile
-  // decodes 40 tokens/s, and 25 s of decode per request would fill the KV with running
-  // sequences and the bench with waiting; TTFT is the figure. The warm-up (one full set,
-  // 75 prompts) at 1.5/s keeps a well-placed fleet about half busy while it computes 15
-  // system prompts cold (1.8 s each) and 60 questions (0.4 s); the ladder starts when it
-  // has drained. The ladder (1 → 8 req/s, 40 requests a rung) goes from idle to past what
-  // a fleet re-prefilling 7.2k-token prompts can serve (about 1 req/s), and stays within
-  // what whole-prompt hits (0.1 s each) can.
+  // llmd: llm-d's shared_prefix scaled to the two sims, the same share of the fleet's KV,
+  // so no card holds it and the fleet does; short replies (TTFT is the figure); a warm-up
+  // that leaves a well-placed fleet half busy; a ladder from idle to past what a fleet
+  // re-prefilling its prompts can serve (docs/bench-design.md#llmd).
   llmd: {
     groups: 15,
     promptsPerGroup: 5,
@@ -161,9 +150,8 @@ export const DEFAULTS: Sizes = {
     seed: 1,
   },
   capacity: { families: [80_000, 70_000, 60_000], turns: 6, turnTokens: 1_000, replyTokens: 64, systemTokens: 2_000 },
-  // trace: the whole file, as it came, every conversation, chat-shaped; replies capped at 512
-  // tokens, which keeps an hour of trace an hour of decode at 100 tokens/s (the Mooncake
-  // conversation trace's mean output is 343 tokens, its longest 2,000).
+  // trace: the whole file, as it came, every conversation, chat-shaped; replies capped, so
+  // an hour of trace stays about an hour of decode (docs/traces.md#from-a-trace-to-requests).
   trace: TRACE_DEFAULTS,
 };
 
@@ -176,8 +164,7 @@ export const SEEDED_WORKLOADS: readonly WorkloadName[] = SEEDED;
  * each run is a fresh sample of the workload, as the agents' tool pauses already are (drawn
  * from the run's id), and the spread of the runs says how much a figure owes to one arrival
  * sequence. Every arm of a run gets the same arrivals. Replaying one sequence in every run
- * measured timing noise only: llama.cpp's llmd row read 1.18× round-robin on seed 1 and
- * 1.07×, 1.03×, 0.87× on seeds 2–4 (perf/results/experiment-seeds-20261203.md).
+ * measured timing noise only (docs/bench-design.md#arrivals-per-run).
  */
 export function runOptions(options: BenchOptions, r: number): BenchOptions {
   if (r === 1) return options;
@@ -190,9 +177,9 @@ export function runOptions(options: BenchOptions, r: number): BenchOptions {
 }
 
 /**
- * `--small`: sizes for real replicas on a small machine — two llama-servers on 2 CPU cores
- * prefill about 1,100–1,500 tokens/s each (measured here), so the 90k-token agent of the
- * defaults would take minutes a turn. Same shapes, a tenth of the tokens or less: the agent
+ * `--small`: sizes for real replicas on a small machine, such as two CPU-only llama-servers
+ * (docs/bench.md#on-your-own-replicas), where the 90k-token agent of the defaults would
+ * take minutes a turn. Same shapes, a tenth of the tokens or less: the agent
  * grows to ~6k tokens over 6 turns, documents are 2k tokens, a burst is 4 requests. Explicit
  * flags still override each figure.
  */

@@ -1,8 +1,8 @@
 /**
  * `llmroute demo` (`npm run demo`): the first thing a new user runs. Two simulated
  * 3090-class replicas, time-scaled so the whole demo takes about a minute on two cores;
- * the RTX 3090 measurement's agent loop, cold burst and the two mixed, each with roundrobin, affinity and
- * hybrid; then the comparison and the path of the HTML report. Needs nothing but `npm ci`.
+ * the reference measurements' agent loop and cold burst, and the two mixed, each with
+ * roundrobin, affinity and hybrid; then the comparison and the path of the HTML report. Needs nothing but `npm ci`.
  * While it runs, the live dashboard of whichever router is running is at one address.
  */
 import { createServer, type AddressInfo } from "node:net";
@@ -15,9 +15,9 @@ import { simTarget } from "./targets.ts";
 import { ui } from "../ui.ts";
 
 /**
- * Model time is about 690 s (agent ≈ 215, burst ≈ 185, mixed ≈ 290: four bursts 25 s
- * apart per arm); at 0.08 that is ~55 s real plus start-up (measured 57 s, 2 Dec 2026). Smaller scales finish sooner but let fixed real costs (timers, HTTP,
- * ~7 ms a request) weigh more once divided by the scale.
+ * About a minute of real time for the demo's model time; a smaller scale would finish
+ * sooner but let the fixed real costs of each request (timers, HTTP) weigh more once divided
+ * by the scale (docs/bench-design.md#the-demo).
  */
 export const DEMO_TIME_SCALE = 0.08;
 

@@ -1,8 +1,9 @@
 /**
  * From samples to figures, pure: one summary per workload and arm (always with its sample
  * size, its hit-rate decomposition and, for llmd, its rungs), several runs pooled, the
- * headline ratios next to the reference measurements (two RTX 3090s; a SageMaker fleet), and the plain-text tables. The HTML report
- * (html.ts) and the JSON file read the same summaries.
+ * headline ratios next to the reference measurements
+ * (docs/bench-design.md#the-reference-measurements), and the plain-text tables. The HTML
+ * report (html.ts) and the JSON file read the same summaries.
  */
 import { int, pct, table } from "../ops/table.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
@@ -338,7 +339,7 @@ export interface Headline {
   /** What is compared, e.g. "agent warm-turn TTFT p50: roundrobin / hybrid". */
   label: string;
   value: number;
-  /** The same ratio where it was measured before (two RTX 3090s; a 7-instance SageMaker fleet), when it was. */
+  /** The same ratio in the reference measurements (docs/bench-design.md#the-reference-measurements), when they have it. */
   reference?: number;
   referenceNote?: string;
   /** The figures divided, with their sample sizes, e.g. "2,142 ms (n=15) / 1,610 ms (n=15)". */

@@ -297,7 +297,7 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     const samples: Sample[] = [];
     const bursts: BurstWall[] = [];
     for (let b = 0; b < o.burst.count; b++) {
-      // Each burst has its own salt: every one of them is cold, as in the RTX 3090 measurement.
+      // Each burst has its own salt: every one of them is cold, as the measured bursts were.
       const r = await driveBurst(ctx, o.burst, `${ctx.salt} b${b}`, b);
       samples.push(...r.samples);
       bursts.push(r.wall);
@@ -356,8 +356,8 @@ const DRIVERS: Record<WorkloadName, Driver> = {
     const where = (r: LadderRequest, i: number) => ({ group: i, index: r.group, rung: r.rung });
     const warmup = requests.filter((r) => r.rung === 0);
     const samples = await driveArrivals(ctx, warmup, o.llmd.replyTokens, where);
-    // Unlike llm-d, the ladder waits for the warm-up to drain: a slow warm-up (it is where
-    // every system prompt is computed cold) would otherwise leak into the first rung.
+    // The ladder waits for the warm-up to drain: a slow warm-up (it is where every system
+    // prompt is computed cold) would otherwise leak into the first rung (docs/bench-design.md#llmd).
     const start = ctx.now();
     const first = requests[warmup.length]?.atMs ?? 0;
     const ladder = requests.slice(warmup.length).map((r) => ({ ...r, atMs: start + r.atMs - first }));

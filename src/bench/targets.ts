@@ -183,14 +183,12 @@ interface MatchReply {
  *
  * It sends through a router too (`via`: one single-replica llmroute per sim), so that it
  * pays the same proxy hop as the policy arms and differs from them only in where it
- * places. Without the hop its figures were 11 ms lower on every cache hit at time scale
- * 0.1 (1.1 ms of real proxy work, magnified ten times in model time): 7 % of the shared
- * workload's TTFT, charged to placement although it was transport.
+ * places: without the hop, real proxy time magnified by the time scale would be charged to
+ * placement (docs/bench-design.md#the-oracle).
  *
- * "Most cached tokens, ties to the least busy" alone is not that: measured on the shared
- * workload, every prompt's first 16-token block (template + salt line) is cached wherever
- * the first request ran, so all 120 requests went to one card (P50 TTFT 33 s vs 0.3 s).
- * So the oracle weighs what the cache saves against the queue: estimated prefill work
+ * "Most cached tokens, ties to the least busy" alone is not that: every prompt's first
+ * block (template + salt line) is cached wherever the first request ran, so every request
+ * would go to that card (docs/bench-design.md#the-oracle). So the oracle weighs what the cache saves against the queue: estimated prefill work
  * (uncached tokens + `cachedTokenCost` × cached tokens) times (1 + requests busy there).
  * With an idle fleet that is "most cached"; a few cached tokens never outweigh a queue.
  * "Busy" is the larger of the sim's running+waiting and the oracle's own requests in

@@ -70,9 +70,9 @@ const MAX_STREAM_ENTRIES = 1_000_000;
 /**
  * Under steady traffic, events are written at most this often, in batches (the first after a
  * quiet spell goes at once). Each write wakes this instance, Redis and every other instance
- * about three times; measured (perf/cluster-overhead.ts) a 5 ms gap still cost ~100 µs of
- * router CPU per request at 700 requests/s, 20 ms ~25 µs. A continuation cannot arrive
- * sooner than its previous turn's answer, which takes longer than this.
+ * about three times, so a shorter gap costs router CPU on every request
+ * (docs/cluster.md#what-it-costs). A continuation cannot arrive sooner than its previous
+ * turn's answer, which takes longer than this.
  */
 const FLUSH_GAP_MS = 20;
 /** Answers at least this slow write their decision's batch before the client sees their end. */

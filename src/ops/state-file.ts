@@ -5,8 +5,8 @@
  *
  * Layout: "LRST", format version (u32), header length (u32), a JSON header (saved_at, the
  * identity version, the Responses ids, each replica's URL), then the index's binary
- * snapshot — a million entries are ~36 MB, written in tens of milliseconds where JSON
- * would take seconds.
+ * snapshot (src/route/prefix-snapshot.ts: 36 bytes an entry, binary because JSON would be
+ * far slower to write; docs/operations.md#state-file).
  *
  * A replica is its name and its URL: a name now pointing at another URL is another engine
  * (as a SIGHUP reload treats it), so what the file holds for it is dropped on load. A file

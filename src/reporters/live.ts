@@ -5,8 +5,8 @@
  * lasting line clears it first, so the status never mixes with what stays.
  *
  * The fancy reporter and consola's colours live in the package's full entry, which loads
- * node:tty, node:util and Intl data: ~40 ms more at every start (measured with `bun -e`
- * against consola/core). Only a terminal needs them, so they are imported then:
+ * node:tty, node:util and Intl data at every start (docs/dependencies.md#the-design-cards-packages).
+ * Only a terminal needs them, so they are imported then:
  * `loadTerminal()`, awaited by the process edge and by `serve` before they build a reporter.
  */
 import type { ConsolaReporter } from "consola/core";

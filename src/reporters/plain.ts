@@ -21,7 +21,7 @@ export function plainReporter(write: (text: string) => void, options: { journal?
   };
 }
 
-/** A log object's arguments as one string: text as it is, an error with its stack (Bun.inspect, not node:util: ~10 ms less at start). */
+/** A log object's arguments as one string: text as it is, an error with its stack (Bun.inspect: node:util would load at start, docs/dependencies.md#the-design-cards-packages). */
 export function messageOf(logObj: Pick<LogObject, "args">): string {
   return logObj.args
     .map((a: unknown) => (typeof a === "string" ? a : a instanceof Error ? (a.stack ?? a.message) : Bun.inspect(a)))

@@ -4,6 +4,8 @@
  * an eviction (the index is corrected), or a chat template that re-rendered earlier turns
  * (./template-breaks.ts, learnt here and predicted by the router) — and the bounds those verdicts put
  * on a card's KV, whatever kv_tokens said. Pure: the router's index and the time come in.
+ * The reader's account: docs/routing.md#how-the-index-is-corrected-verdicts and the sections
+ * after it.
  */
 import type { PrefixIndex } from "./prefix.ts";
 import type { RouteEstimate } from "./router.ts";

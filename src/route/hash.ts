@@ -1,10 +1,9 @@
 /**
  * xxhash64 with a 64-bit seed, over a string's UTF-8 bytes: a fixed, published algorithm,
  * so identities stay equal across router instances and, within one identity version,
- * across releases. Bun's built-in xxHash64 hashes the text where it lies; hash-wasm (the
- * earlier choice) copies it into WASM memory per call, takes its seed only when a hasher is
- * created, and measured 14× slower per call on a 90k-token prompt's chain with the same
- * hashes (`npm run perf:hash`; docs/dependencies.md).
+ * across releases. Bun's built-in xxHash64 hashes the text where it lies, with the same
+ * hashes as hash-wasm, the earlier choice, which copies it into WASM memory per call
+ * (docs/dependencies.md#why-not-hash-wasm-the-measurement).
  *
  * This is the routing core's one touch of a runtime global; everything else receives the
  * Hasher as an argument.

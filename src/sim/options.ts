@@ -2,8 +2,9 @@
  * Sim options and the calibrated profiles.
  *
  * Every duration the engine produces is "model time" at full scale, multiplied by
- * `timeScale` before it becomes a real delay, so ratios survive scaling. The `3090` profile
- * is calibrated to measurements on two RTX 3090s (docs/sim.md, "Calibration", has the arithmetic).
+ * `timeScale` before it becomes a real delay, so ratios survive scaling. The card profiles'
+ * figures and their sources: docs/sim.md#calibration-the-3090-profile (`3090`) and
+ * docs/traces.md#card-profiles (the H100s).
  */
 import { LlmrouteError } from "../errors.ts";
 import { isTemplateName, TEMPLATES, type TemplateName } from "./chat-templates.ts";
@@ -108,7 +109,8 @@ export interface LlamaCppOptions {
   /**
    * GB/s of a prompt-cache save or restore (llama_state_seq_get_data / set_data copy the
    * slot's KV between the card and host RAM). Default 10: a PCIe 4.0 ×16 copy to pageable
-   * host memory, an assumption (the CPU-only tiny model measured ~0.4–0.9 under load).
+   * host memory, an assumption (the CPU-only test model copies far slower:
+   * docs/sim-engines.md#calibration-against-the-real-llama-server).
    */
   cacheRamGbps: number;
   /** `--slot-prompt-similarity` (default 0.10; 0 = choose slots by LRU only). */
@@ -176,21 +178,15 @@ export type CardProfile = Omit<EngineOptions, "timeScale" | "prefixCache" | "min
 };
 
 /**
- * `3090`: one RTX 3090-class card as measured on two RTX 3090s (the figures the project started from): 90k tokens cold in 22.3 s
- * (→ ~4,000 prefill tokens/s), 1.4 s warm, 122,636 KV tokens. `tiny`: a small, fast card for
- * tests — a 4k-token pool that is easy to overflow, prefill and decode fast enough that
- * tests stay quick at `timeScale` 1.
+ * `3090`: one RTX 3090-class card, calibrated to the measurements the project started from
+ * (docs/sim.md#calibration-the-3090-profile). `tiny`: a small, fast card for tests — a
+ * 4k-token pool that is easy to overflow, prefill and decode fast enough that tests stay
+ * quick at `timeScale` 1.
  *
  * `h100-8b` and `4xh100-70b`: today's deployments, for replaying production traces against
- * a realistic KV (docs/traces.md, "Card profiles", has every figure's source and arithmetic).
- * KV bytes per token = 2 (K, V) × layers × KV heads × head dim × 2 bytes (bf16): Llama-3.1-8B
- * (config.json: 32 layers, 8 KV heads, 128 dims) 131,072 = 128 KiB; Llama-3.1-70B (80 layers,
- * 8 KV heads, 128 dims) 327,680 = 320 KiB. Prefill and decode rates come from BLIS's fit of
- * vLLM 0.8.4 on H100 (inference-sim/inference-sim defaults.yaml: step = β0 + β1 × uncached
- * prefill tokens + β2 × decode tokens, µs, plus α1 µs of CPU per prompt token). A step
- * budget of 8,192 tokens and 1,024 sequences are both engines' defaults on a card of 70 GiB
- * or more (vllm/engine/arg_utils.py get_batch_defaults; sglang server_args.py
- * chunked_prefill_size for gpu_mem < 160 GiB).
+ * a realistic KV. Each figure's source (the models' config.json, BLIS's fit of vLLM on H100,
+ * vLLM's and SGLang's defaults for a card of 70 GiB or more) and arithmetic:
+ * docs/traces.md#card-profiles.
  */
 export const PROFILES: Record<ProfileName, CardProfile> = {
   "3090": {
@@ -205,43 +201,30 @@ export const PROFILES: Record<ProfileName, CardProfile> = {
     charsPerToken: 4,
     defaultMaxTokens: 16,
   },
-  // One H100 80GB SXM, Llama-3.1-8B-Instruct bf16, vLLM defaults (gpu_memory_utilization 0.9).
+  // One H100 80GB SXM, Llama-3.1-8B-Instruct bf16, vLLM defaults (docs/traces.md#card-profiles).
   "h100-8b": {
-    // BLIS's H100 TP1 run: total_kv_blocks 29,205 × 16 tokens. Arithmetic: 0.9 × 79.6 GiB −
-    // 15.0 GiB of weights (8.03 B × 2 bytes) − ~2 GiB of activations ≈ 55 GiB ÷ 128 KiB ≈ 450k.
     kvTokens: 467_280,
     blockTokens: 16,
-    // β1 + α1 = 17.25 + 1.75 µs a prompt token: 52.6k tokens/s; 50k is 81 % of the card's
-    // 989 dense bf16 TFLOPS at 16.1 GFLOP a token, the rate of 10–20k-token prompts.
     prefillTps: 50_000,
     cachedTokenCost: 0.05,
-    // β0 + β2 = 5.76 ms a step with one sequence: 174 tokens/s (the weights' 16.1 GB read at
-    // 3.35 TB/s alone take 4.8 ms).
     decodeTps: 170,
-    // Each running sequence's KV is read every step: 12,035 tokens (the Mooncake conversation
-    // trace's mean prompt) × 128 KiB ÷ 3.35 TB/s = 0.47 ms, 8 % of the 5.76 ms step.
+    // Each running sequence's KV is read every step.
     decodeBatchSlowdown: 0.08,
     maxSeqs: 1_024,
-    // vLLM takes the model's context (config.json max_position_embeddings 131,072).
+    // vLLM takes the model's context (config.json max_position_embeddings).
     maxModelLen: 131_072,
     charsPerToken: 4,
     defaultMaxTokens: 16,
     prefillChunkTokens: 8_192,
   },
-  // Four H100 80GB SXM, Llama-3.1-70B-Instruct bf16 at tensor parallel 4, vLLM defaults.
+  // Four H100 80GB SXM, Llama-3.1-70B-Instruct bf16 at tensor parallel 4, vLLM defaults
+  // (docs/traces.md#card-profiles).
   "4xh100-70b": {
-    // Per GPU: 0.9 × 79.6 GiB − 32.9 GiB of weights (70.6 B × 2 bytes ÷ 4) − ~3 GiB of
-    // activations and communication buffers ≈ 35.7 GiB; × 4 ÷ 320 KiB ≈ 468k tokens.
     kvTokens: 468_000,
     blockTokens: 16,
-    // BLIS's Llama-3.3-70B (the same architecture) on H100 TP4: β1 + α1 = 76.42 + 9.95 µs a
-    // prompt token: 11.6k tokens/s (47 % of four cards' dense bf16 peak at 141 GFLOP a token).
     prefillTps: 11_500,
     cachedTokenCost: 0.05,
-    // β0 + β2 = 12.67 ms a step with one sequence: 79 tokens/s.
     decodeTps: 80,
-    // 12,035 tokens × 320 KiB ÷ (4 × 3.35 TB/s) = 0.29 ms of KV read a sequence, plus β2's
-    // 0.07 ms: 3 % of the 12.67 ms step.
     decodeBatchSlowdown: 0.03,
     maxSeqs: 1_024,
     maxModelLen: 131_072,

@@ -1,9 +1,9 @@
 /**
  * affinity — every request to the owner of its longest known prefix; an unknown prefix is
  * placed by rendezvous hashing of its first link, so adding or removing a replica moves
- * only that replica's share (SageMaker's PREFIX_AWARE with stable scaling).
+ * only that replica's share (docs/routing.md#policies).
  * Maximises cache hits, and pays for it on bursts that share a first segment (a system
- * prompt): they all land on one card (two RTX 3090s: 30.1 s pinned vs 18.6 s spread).
+ * prompt): they all land on one card (docs/bench-design.md#the-reference-measurements).
  */
 import { linkHash } from "../chain.ts";
 import { hex64 } from "../hash.ts";

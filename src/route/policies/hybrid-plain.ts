@@ -1,11 +1,11 @@
 /**
- * hybrid-plain — the rule the project started from, kept as a named policy so the bench can show what the
- * default's cost model adds. A continuation (it carries an earlier turn) goes to the owner
- * of its longest known prefix: that replica holds the conversation's KV. Anything else — a
- * one-shot, a batch member, a parallel subagent — is spread with the counter, so a cold
- * burst uses every card. On two RTX 3090s: 19.97 s bursts and 1,095 ms warm turns, the best of both
- * pinned and round-robin. Its blind spot: one-shots over a shared document are spread too,
- * so their hit rate equals round-robin's.
+ * hybrid-plain — the rule the project started from, kept as a named policy so the bench can
+ * show what the default's cost model adds. A continuation (it carries an earlier turn) goes
+ * to the owner of its longest known prefix: that replica holds the conversation's KV.
+ * Anything else — a one-shot, a batch member, a parallel subagent — is spread with the
+ * counter, so a cold burst uses every card: the best of both pinned and round-robin
+ * (docs/bench-design.md#the-reference-measurements). Its blind spot: one-shots over a
+ * shared document are spread too, so their hit rate equals round-robin's.
  */
 import { bestMatch, spread, type Policy } from "../policy.ts";
 

@@ -1,5 +1,5 @@
 /**
- * random — a uniformly random live replica (SageMaker's RANDOM default).
+ * random — a uniformly random live replica (docs/routing.md#policies).
  * A baseline for measurements; like roundrobin it ignores the prefix cache.
  */
 import { live, type Policy } from "../policy.ts";

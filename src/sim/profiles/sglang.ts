@@ -34,9 +34,9 @@
  *   by `log_decode_stats` (every `--decode-log-interval` = 40 decode steps). No
  *   `process_start_time_seconds`: the registry is multiprocess.
  * - KV: a radix tree with page_size 1 (token-granular hits). The sim caches in blocks of
- *   `--block-tokens` (16 here too): hashing per token costs ~0.35 µs per prompt token per
- *   request on a loaded 2-core machine, the same order as the bench's scaled TTFTs. Run
- *   `--block-tokens 1` to see token-exact hits.
+ *   `--block-tokens` (16 here too): hashing per token would cost as much as the bench's
+ *   scaled TTFTs (docs/sim-engines.md#deviations-of-the-profiles). Run `--block-tokens 1`
+ *   to see token-exact hits.
  */
 import { ApiError } from "../_api-error.ts";
 import {
