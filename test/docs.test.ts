@@ -6,7 +6,7 @@
  * CONTRIBUTING.md, "The docs' own test").
  */
 import { describe, expect, it } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { dirname, join, normalize } from "node:path";
 import { ALL_PAGES, headings, links, prose, readPage, ROOT, section, slug, USER_PAGES } from "./helpers/markdown.ts";
 
@@ -97,6 +97,18 @@ describe("words a reader has", () => {
       expect(glossary.some((h) => h.includes(term))).toBe(true);
     }
     expect(links(readPage("README.md")).some((l) => l.target.startsWith("docs/glossary.md"))).toBe(true);
+  });
+});
+
+describe("the lab notebook: perf/EXPERIMENTS.md", () => {
+  it("links every file under perf/results/ (the experiments' notes and patches in perf/results/experiments/), and no patch lies outside it", () => {
+    const linked = new Set(links(readPage("perf/EXPERIMENTS.md")).map((l) => normalize(join("perf", decodeURI(l.target.split("#")[0]!)))));
+    const files = readdirSync(join(ROOT, "perf/results"), { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => normalize(join(e.parentPath, e.name)).slice(ROOT.length + 1));
+    expect(files.length).toBeGreaterThan(0);
+    expect(files.filter((f) => !linked.has(f))).toEqual([]);
+    expect(files.filter((f) => f.endsWith(".diff") && !f.startsWith("perf/results/experiments/"))).toEqual([]);
   });
 });
 

@@ -12,7 +12,7 @@ export const ROOT = resolve(import.meta.dir, "../..");
 export const USER_PAGES: readonly string[] = ["README.md", ...readdirSync(join(ROOT, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) => `docs/${f}`)];
 
 /** Every page a reader of the repository is sent to: the user docs, the development guide, the lab notes. */
-export const ALL_PAGES: readonly string[] = [...USER_PAGES, "CONTRIBUTING.md", "perf/README.md"];
+export const ALL_PAGES: readonly string[] = [...USER_PAGES, "CONTRIBUTING.md", "perf/README.md", "perf/EXPERIMENTS.md"];
 
 export function readPage(page: string): string {
   return readFileSync(join(ROOT, page), "utf8");
