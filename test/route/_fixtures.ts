@@ -83,3 +83,27 @@ export function conversation(system: string, firstUser: string) {
     },
   };
 }
+
+/** The chain of a request's one sequence. */
+export const only = (i: RouteInput) => i.chains[0]!;
+
+/** A bare index, as the index tests make it. */
+export const index = (maxEntries = 1000, ttlMs = 60_000, windowMs = 300_000) => new PrefixIndex({ maxEntries, ttlMs, windowMs });
+
+/** A tiny conversation's first turn and its second (which extends it). */
+export const TURN1 = only(chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]));
+export const TURN2 = only(
+  chat([
+    { role: "system", content: "tiny" },
+    { role: "user", content: "hi" },
+    { role: "assistant", content: "hello" },
+    { role: "user", content: "more" },
+  ]),
+);
+
+/** A conversation of `n` earlier exchanges after a one-character system prompt. */
+export const convo = (n: number, user = "go") => {
+  const messages = [{ role: "system", content: "S" }, { role: "user", content: user }];
+  for (let i = 0; i < n; i++) messages.push({ role: "assistant", content: `a${i}` }, { role: "user", content: `u${i}` });
+  return only(chat(messages));
+};

@@ -2,9 +2,7 @@
 import { describe, expect, it } from "bun:test";
 import { chainChars, linkHash, prefixChain, type PrefixChain } from "../../src/route/chain.ts";
 import { hex64 } from "../../src/route/hash.ts";
-import { chat, hasher, input } from "./_fixtures.ts";
-
-const only = (i: ReturnType<typeof chat>) => i.chains[0]!;
+import { chat, hasher, input, only } from "./_fixtures.ts";
 
 describe("prefixChain", () => {
   it("one link per message, and long segments cut every chunk", () => {

@@ -4,28 +4,9 @@
  * still loads, and a peer's clock is translated.
  */
 import { describe, expect, it } from "bun:test";
-import { PrefixIndex } from "../../src/route/prefix.ts";
-import { chat } from "./_fixtures.ts";
-
-const index = (maxEntries = 1000, ttlMs = 60_000, windowMs = 300_000) => new PrefixIndex({ maxEntries, ttlMs, windowMs });
-const only = (i: ReturnType<typeof chat>) => i.chains[0]!;
+import { convo, index, TURN1 as turn1, TURN2 as turn2 } from "./_fixtures.ts";
 
 describe("PrefixIndex snapshot and restore", () => {
-  const turn1 = only(chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]));
-  const turn2 = only(
-    chat([
-      { role: "system", content: "tiny" },
-      { role: "user", content: "hi" },
-      { role: "assistant", content: "hello" },
-      { role: "user", content: "more" },
-    ]),
-  );
-  const convo = (n: number, user = "go") => {
-    const messages = [{ role: "system", content: "S" }, { role: "user", content: user }];
-    for (let i = 0; i < n; i++) messages.push({ role: "assistant", content: `a${i}` }, { role: "user", content: `u${i}` });
-    return only(chat(messages));
-  };
-
   it("snapshot/restore round-trips, skipping replicas that left", () => {
     const idx = index();
     idx.record(turn2, "gpu0", 1);

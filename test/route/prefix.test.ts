@@ -2,21 +2,9 @@ import { describe, expect, it } from "bun:test";
 import fc from "fast-check";
 import { chainChars, type PrefixChain } from "../../src/route/chain.ts";
 import { PrefixIndex } from "../../src/route/prefix.ts";
-import { chat, input } from "./_fixtures.ts";
-
-const index = (maxEntries = 1000, ttlMs = 60_000, windowMs = 300_000) => new PrefixIndex({ maxEntries, ttlMs, windowMs });
-const only = (i: ReturnType<typeof chat>) => i.chains[0]!;
+import { chat, convo, index, input, only, TURN1 as turn1, TURN2 as turn2 } from "./_fixtures.ts";
 
 describe("PrefixIndex", () => {
-  const turn1 = only(chat([{ role: "system", content: "tiny" }, { role: "user", content: "hi" }]));
-  const turn2 = only(
-    chat([
-      { role: "system", content: "tiny" },
-      { role: "user", content: "hi" },
-      { role: "assistant", content: "hello" },
-      { role: "user", content: "more" },
-    ]),
-  );
 
   it("finds the longest prefix a replica holds, even a tiny one", () => {
     const idx = index();
@@ -137,12 +125,6 @@ describe("PrefixIndex", () => {
 });
 
 describe("PrefixIndex bookkeeping", () => {
-  const convo = (n: number, user = "go") => {
-    const messages = [{ role: "system", content: "S" }, { role: "user", content: user }];
-    for (let i = 0; i < n; i++) messages.push({ role: "assistant", content: `a${i}` }, { role: "user", content: `u${i}` });
-    return only(chat(messages));
-  };
-
   it("a conversation is one tip however many turns it has; a shared system prompt is counted once", () => {
     const idx = index();
     for (let t = 0; t < 4; t++) idx.record(convo(t), "gpu0", t);
