@@ -4,7 +4,7 @@
  * client is in test/router/usage.test.ts.
  */
 import { describe, expect, it } from "bun:test";
-import { nestingDepth, topLevelMembers } from "../../src/proxy/_json.ts";
+import { nestingDepth, topLevelMembers } from "../../src/proxy/_json-members.ts";
 import { VLLM } from "../../src/engines/vllm.ts";
 import { UsageStripper, withUsageRequested } from "../../src/proxy/usage.ts";
 
