@@ -11,12 +11,9 @@ const TOKENS_DECAY = 0.95;
 
 /**
  * Prompt tokens a replica must have reported (in all) before its own ratio replaces the
- * default. A chat template adds some 10–30 tokens to every request, so a one-line prompt
- * reads as well under one character per token: learnt from one "hi" (13 tokens), the ratio
- * was 0.54 and the replica's KV budget in characters 7× too small. 1,000 tokens is less
- * than one real agent turn (a system prompt and tools alone are thousands), so a replica
- * serving real work calibrates on its first large request, while a few short chats leave
- * the default alone.
+ * default: a chat template's tokens skew a short prompt's ratio (what that did:
+ * docs/operations.md#the-capacity-wall). Less than one real agent turn, so a replica serving real
+ * work calibrates on its first large request, while a few short chats leave the default alone.
  */
 export const CALIBRATION_MIN_TOKENS = 1000;
 

@@ -5,8 +5,7 @@
  * llama-server gives each request a slot; a request that finds none idle waits in its task
  * queue until a running one is released after its last token (server-context.cpp
  * process_single_task: no available slot → queue_tasks.defer; a released slot pops the
- * deferred tasks; seen on the real server, --parallel 1: a request sent 50 ms after a 400-token
- * one got its first byte 6–11 ms after that one's last, 2 of 2). Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
+ * deferred tasks; the real server's run: docs/engines.md#llamacpp). Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
  * (llm/llama_server.go, envconfig/config.go). So on such an engine a request waits for the whole
  * remaining generation of the request in the slot, not only for the prefills ahead of it as on
  * vLLM's and SGLang's continuous batching, whose hundreds of sequences decode side by side.

@@ -180,13 +180,13 @@ export function createProxy(deps: ProxyDeps): Proxy {
         }
       }
       const routeName = `${decision.reason}${tries.hold ? ",held" : ""}${n === 0 ? "" : ",failover"}`;
-      const result = await attemptOn(ctx, flight, candidates, replica, decision, committedAt, panic, tries);
-      if (result.kind === "answer") return relay(ctx, flight, result.answer, result.decided, routeName, tries.failovers);
+      const result = await attemptOn(router, attemptDeps, ctx, flight, candidates, replica, decision, committedAt, panic, tries);
+      if (result.kind === "answer") return relay({ deps, attemptDeps, flights, monotonic }, ctx, flight, result.answer, result.decided, routeName, tries.failovers);
       if (result.kind === "client-gone") {
         return end(seen, { status: 499, outcome: "client_cancelled", failovers: n, replica: replica.name, route: routeName }, new Response(null, { status: 499 }));
       }
       if (result.kind === "cut") break;
-      if (!failedOver(replica, decision, result.failure, result.decided, tries, n)) break;
+      if (!failedOver(deps.fleet, log, replica, decision, result.failure, result.decided, tries, n)) break;
     }
     const ending = exhaustedEnding({ cut: flight.cut, ownerDown: tries.ownerDown, failures: tries.failures, allTimedOut: tries.allTimedOut, shape });
     return end(seen, ending, errorResponse(shape.endpoint, ending.status, ending.error!, { headers: { "retry-after": String(RETRY_AFTER_S) } }));
@@ -199,78 +199,6 @@ export function createProxy(deps: ProxyDeps): Proxy {
     return router.responseOwner(previous);
   }
 
-  /** Commit the decision and make one attempt at `replica`. */
-  async function attemptOn(ctx: RequestContext, flight: InFlight, candidates: Replica[], replica: Replica, decision: Routed, committedAt: number, panic: boolean, tries: Tries) {
-    // A replica a reload removed still serves this request, but is not remembered.
-    const retract = replica.removed ? undefined : router.commit(ctx.input, decision, committedAt);
-    // A conversation left its card's KV wall: what waiting there had cost is paid by the move
-    // (taken back if the move fails before the first byte).
-    const unpay = decision.from ? candidates.find((r) => r.name === decision.from)?.wall.payWaits(committedAt) : undefined;
-    deps.fleet.dispatched(replica, panic);
-    tries.tried.add(replica.name);
-    const decided: Decided = { estimate: decision.estimate, committedAt, tag: retract?.tag ?? 0, retract };
-    const result = await attempt(ctx, replica, flight, decided, attemptDeps);
-    if (result.kind !== "answer") unpay?.();
-    return { ...result, decided };
-  }
-
-  /** After a failed attempt: what the failure says of the replica, and whether the retry rule lets the request go on. */
-  function failedOver(replica: Replica, decision: Routed, failure: Failure, decided: Decided, tries: Tries, n: number): boolean {
-    if (computedNothing(failure)) decided.retract?.();
-    if (failure.timer) replica.stats.timeouts[failure.timer]++;
-    tries.allTimedOut &&= failure.kind === "timeout" || failure.kind === "wall";
-    deps.fleet.health.failed(replica, failure);
-    tries.failures.push(`${replica.name}: ${failure.reason}`);
-    const rule = retryable(failure, decision.reason);
-    if (rule === "same-too") tries.tried.delete(replica.name);
-    if (rule === "never") {
-      tries.ownerDown = replica.name;
-      return false;
-    }
-    replica.stats.failovers++;
-    tries.failovers = n + 1;
-    log.warn("failover", { replica: replica.name, reason: failure.reason, attempt: n + 1 });
-    return true;
-  }
-
-  /** Relay an answer to the client; when the relay ends, learn from it and record it (Caddy's finalizeResponse). */
-  function relay(ctx: RequestContext, flight: InFlight, answer: Answer, decided: Decided, routeName: string, failovers: number): Response {
-    const replica = answer.dispatch.replica;
-    const headers = downstreamHeaders(answer.res.headers);
-    headers.set("x-llmroute-replica", replica.name);
-    headers.set("x-llmroute-route", routeName);
-    const finish = (ended: Outcome, usage: TapResult, error?: string) => {
-      const status = answer.res.status;
-      const { outcome, error: streamError } = answerOutcome(ended, status, usage);
-      // The KV overflowed while it streamed: the same clearing as before a first byte.
-      if (streamError && replica.profile?.kvFull?.(usage.streamErrorEvent)) attemptDeps.overflowed(replica);
-      answer.control.detach();
-      flights.delete(flight);
-      // An answer that ran its course (or that its client left) leaves its prompt in its slot.
-      answer.dispatch.end({ keptInSlot: outcome === "ok" || outcome === "client_cancelled", timedStream: outcome === "ok" && answer.prefilled });
-      if (outcome === "ok") replica.stats.served++;
-      const est = decided.estimate;
-      const verdict = learnFromAnswer(router, { replica, shape: ctx.shape, status, usage, estimate: est, committedAt: decided.committedAt, retract: decided.retract, cutByEngine: answer.cutByEngine, keptPrompt: answer.keptPrompt });
-      // What this answer taught (its response id, a correction) and its decision go out before its end does.
-      deps.cluster?.answered(decided.committedAt);
-      const seen: RequestSeen = { endpoint: ctx.shape.endpoint, model: ctx.shape.model, stream: ctx.shape.stream, started: ctx.started };
-      const answerFacts: Ending["answer"] = {
-        promptTokens: usage.promptTokens,
-        cachedTokens: usage.cachedTokens,
-        completionTokens: usage.completionTokens,
-        availableTokens: Math.round(est.availableChars / est.charsPerToken),
-        capturedTokens: Math.round(est.capturedChars / est.charsPerToken),
-        ...(verdict ? { verdict } : {}),
-        ttftMs: ctx.shape.stream ? answer.ttftMs : undefined,
-      };
-      const ending: Ending = { status, outcome, failovers, replica: replica.name, route: routeName, error: streamError ?? error, answer: answerFacts };
-      publishRecord(requestRecord(seen, ending, monotonic()), log, deps.onRecord);
-    };
-    const relayed = new Relay(answer, { fleet: deps.fleet, log, endpoint: ctx.shape.endpoint, idleTimeoutMs: ctx.routing.stream_idle_timeout_ms, onEnd: finish }).response(headers);
-    if (relayed.streaming) flight.streaming = true;
-    return relayed.response;
-  }
-
   return {
     forward,
     reject: (url, status, message) => reject(url, status, message),
@@ -281,6 +209,87 @@ export function createProxy(deps: ProxyDeps): Proxy {
       for (const flight of [...flights]) flight.cutNow();
     },
   };
+}
+
+/** Commit the decision and make one attempt at `replica`. */
+async function attemptOn(router: Router, attemptDeps: AttemptDeps, ctx: RequestContext, flight: InFlight, candidates: Replica[], replica: Replica, decision: Routed, committedAt: number, panic: boolean, tries: Tries) {
+  // A replica a reload removed still serves this request, but is not remembered.
+  const retract = replica.removed ? undefined : router.commit(ctx.input, decision, committedAt);
+  // A conversation left its card's KV wall: what waiting there had cost is paid by the move
+  // (taken back if the move fails before the first byte).
+  const unpay = decision.from ? candidates.find((r) => r.name === decision.from)?.wall.payWaits(committedAt) : undefined;
+  attemptDeps.fleet.dispatched(replica, panic);
+  tries.tried.add(replica.name);
+  const decided: Decided = { estimate: decision.estimate, committedAt, tag: retract?.tag ?? 0, retract };
+  const result = await attempt(ctx, replica, flight, decided, attemptDeps);
+  if (result.kind !== "answer") unpay?.();
+  return { ...result, decided };
+}
+
+/** After a failed attempt: what the failure says of the replica, and whether the retry rule lets the request go on. */
+function failedOver(fleet: Fleet, log: Log, replica: Replica, decision: Routed, failure: Failure, decided: Decided, tries: Tries, n: number): boolean {
+  if (computedNothing(failure)) decided.retract?.();
+  if (failure.timer) replica.stats.timeouts[failure.timer]++;
+  tries.allTimedOut &&= failure.kind === "timeout" || failure.kind === "wall";
+  fleet.health.failed(replica, failure);
+  tries.failures.push(`${replica.name}: ${failure.reason}`);
+  const rule = retryable(failure, decision.reason);
+  if (rule === "same-too") tries.tried.delete(replica.name);
+  if (rule === "never") {
+    tries.ownerDown = replica.name;
+    return false;
+  }
+  replica.stats.failovers++;
+  tries.failovers = n + 1;
+  log.warn("failover", { replica: replica.name, reason: failure.reason, attempt: n + 1 });
+  return true;
+}
+
+/** What relaying an answer needs of the proxy around it. */
+interface RelayEnv {
+  deps: ProxyDeps;
+  attemptDeps: AttemptDeps;
+  flights: Set<InFlight>;
+  monotonic: () => number;
+}
+
+/** Relay an answer to the client; when the relay ends, learn from it and record it (Caddy's finalizeResponse). */
+function relay(env: RelayEnv, ctx: RequestContext, flight: InFlight, answer: Answer, decided: Decided, routeName: string, failovers: number): Response {
+  const { deps, attemptDeps, flights, monotonic } = env;
+  const replica = answer.dispatch.replica;
+  const headers = downstreamHeaders(answer.res.headers);
+  headers.set("x-llmroute-replica", replica.name);
+  headers.set("x-llmroute-route", routeName);
+  const finish = (ended: Outcome, usage: TapResult, error?: string) => {
+    const status = answer.res.status;
+    const { outcome, error: streamError } = answerOutcome(ended, status, usage);
+    // The KV overflowed while it streamed: the same clearing as before a first byte.
+    if (streamError && replica.profile?.kvFull?.(usage.streamErrorEvent)) attemptDeps.overflowed(replica);
+    answer.control.detach();
+    flights.delete(flight);
+    // An answer that ran its course (or that its client left) leaves its prompt in its slot.
+    answer.dispatch.end({ keptInSlot: outcome === "ok" || outcome === "client_cancelled", timedStream: outcome === "ok" && answer.prefilled });
+    if (outcome === "ok") replica.stats.served++;
+    const est = decided.estimate;
+    const verdict = learnFromAnswer(deps.router, { replica, shape: ctx.shape, status, usage, estimate: est, committedAt: decided.committedAt, retract: decided.retract, cutByEngine: answer.cutByEngine, keptPrompt: answer.keptPrompt });
+    // What this answer taught (its response id, a correction) and its decision go out before its end does.
+    deps.cluster?.answered(decided.committedAt);
+    const seen: RequestSeen = { endpoint: ctx.shape.endpoint, model: ctx.shape.model, stream: ctx.shape.stream, started: ctx.started };
+    const answerFacts: Ending["answer"] = {
+      promptTokens: usage.promptTokens,
+      cachedTokens: usage.cachedTokens,
+      completionTokens: usage.completionTokens,
+      availableTokens: Math.round(est.availableChars / est.charsPerToken),
+      capturedTokens: Math.round(est.capturedChars / est.charsPerToken),
+      ...(verdict ? { verdict } : {}),
+      ttftMs: ctx.shape.stream ? answer.ttftMs : undefined,
+    };
+    const ending: Ending = { status, outcome, failovers, replica: replica.name, route: routeName, error: streamError ?? error, answer: answerFacts };
+    publishRecord(requestRecord(seen, ending, monotonic()), deps.log, deps.onRecord);
+  };
+  const relayed = new Relay(answer, { fleet: deps.fleet, log: deps.log, endpoint: ctx.shape.endpoint, idleTimeoutMs: ctx.routing.stream_idle_timeout_ms, onEnd: finish }).response(headers);
+  if (relayed.streaming) flight.streaming = true;
+  return relayed.response;
 }
 
 /** `current` if it has a replica not yet tried, else `snapshot` (the pool the request started with). */

@@ -1,9 +1,9 @@
 /**
- * A replica's KV wall as its own seam (src/fleet/fleet.ts Replica.admit / leave): prompt
+ * A replica's KV wall as its own seam (src/fleet/kv-wall.ts KvWall.admit / release): prompt
  * tokens in flight are estimates (characters ÷ a learnt ratio), so their sum is a float that
  * add-and-subtract cycles leave slightly off; what counts for "nothing in flight" is the count
  * of requests, never that float. The waits themselves are tested at the edge
- * (test/router/kv-wall.test.ts).
+ * (test/proxy/kv-wall.test.ts).
  */
 import { describe, expect, it } from "bun:test";
 import type { ReplicaConfig } from "../../src/config.ts";
@@ -39,7 +39,7 @@ describe("a card whose KV wall stands, after requests came and went", () => {
   });
 });
 
-describe("what a unified KV's overflow purged unsaved (Replica.overflowCleared)", () => {
+describe("what a unified KV's overflow purged unsaved (RunningCommits.overflowCleared)", () => {
   it("the requests that ended there, their prompts in their slots, since the last one was sent (no task started since to save those slots)", () => {
     const r = new Replica(config);
     r.running.sent(1);
