@@ -1,6 +1,6 @@
 /**
  * What consola costs on the request path. The router writes one log line per request
- * (src/proxy/proxy.ts `record`); since the log goes through a consola instance, each line
+ * (src/proxy/outcome.ts `publishRecord`); since the log goes through a consola instance, each line
  * pays consola's dispatch (its log object, level check, reporter loop) on top of
  * formatting the JSON. This times, in one process and interleaved sample by sample:
  *

@@ -19,7 +19,8 @@
  * `response:<id>` (owner, for a follow-up that outruns the event); channels `events`, `load`.
  */
 import { RedisClient } from "bun";
-import type { Fleet, Replica } from "../fleet/fleet.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { Replica } from "../fleet/replica.ts";
 import { clip, type Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";

@@ -3,7 +3,7 @@ import { shownUrl } from "../_shown-url.ts";
 import { DEFAULT_METRICS_PATH, describeConfig, loadConfigFile } from "../config.ts";
 import { renderEngineReport, reportEngine } from "../engines/report.ts";
 import { formatIssue } from "../errors.ts";
-import { authHeaders } from "../fleet/fleet.ts";
+import { authHeaders } from "../fleet/watch.ts";
 import { ui } from "../ui.ts";
 
 export default defineCommand({

@@ -2,7 +2,7 @@ import { defineCommand } from "citty";
 import { shownUrl } from "../_shown-url.ts";
 import { loadConfigFile, type Listen } from "../config.ts";
 import { LlmrouteError } from "../errors.ts";
-import { describeFetchError } from "../fleet/fleet.ts";
+import { describeFetchError } from "../fleet/failure.ts";
 import { duration, int, pct, table } from "../ops/table.ts";
 import type { ReplicaStatus, StatusDocument } from "../ops/telemetry.ts";
 

@@ -8,7 +8,8 @@
  * hold the same prefixes twice, and placement can help — how, depends on the policy.
  */
 import type { Log } from "../log.ts";
-import { DEFAULT_CHARS_PER_TOKEN, type Replica } from "./fleet.ts";
+import { DEFAULT_CHARS_PER_TOKEN } from "./calibration.ts";
+import type { Replica } from "./replica.ts";
 
 export interface CapacityReading {
   replica: string;

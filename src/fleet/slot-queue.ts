@@ -5,8 +5,7 @@
  * llama-server gives each request a slot; a request that finds none idle waits in its task
  * queue until a running one is released after its last token (server-context.cpp
  * process_single_task: no available slot → queue_tasks.defer; a released slot pops the
- * deferred tasks; seen on the real server, --parallel 1: a request sent 50 ms after a 400-token
- * one got its first byte 6–11 ms after that one's last, 2 of 2). Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
+ * deferred tasks; the real server's run: docs/engines.md#llamacpp). Ollama runs llama-server with -np OLLAMA_NUM_PARALLEL, 1 by default
  * (llm/llama_server.go, envconfig/config.go). So on such an engine a request waits for the whole
  * remaining generation of the request in the slot, not only for the prefills ahead of it as on
  * vLLM's and SGLang's continuous batching, whose hundreds of sequences decode side by side.
@@ -18,23 +17,24 @@
 /** Each measurement keeps this share of the previous mean. */
 const DECAY = 0.9;
 
-interface Flight {
+/** One request in a slot (or waiting for one), as the queue times it. */
+interface SlotRequest {
   /** When it was sent (ms). */
   sentAt: number;
   /** Its prefill at the replica's rate then (ms). */
   prefillMs: number;
   /** Its first byte (ms), once seen. */
   firstByteAt?: number;
-  /** The tag of its decision's commit (Router.commit, Replica.began). */
+  /** The tag of its decision's commit (Router.commit, RunningCommits.sent). */
   commit?: number;
 }
 
 export class SlotQueue {
-  private readonly flights = new Map<number, Flight>();
+  private readonly flights = new Map<number, SlotRequest>();
   private nextId = 1;
   private decodeSum = 0;
   private decodeWeight = 0;
-  /** Flights past their first byte. */
+  /** Requests past their first byte. */
   private streaming = 0;
   /** The most streams seen running here at once: an engine's slot count is at least that. */
   concurrentSeen = 0;
@@ -115,7 +115,84 @@ export class SlotQueue {
   }
 }
 
-/** What is left of a flight's prefill and generation at `now` (ms), given the mean generation time `decode`. */
-function leftOf(f: Flight, decode: number, now: number): number {
+/** What is left of a request's prefill and generation at `now` (ms), given the mean generation time `decode`. */
+function leftOf(f: SlotRequest, decode: number, now: number): number {
   return Math.max(0, f.firstByteAt !== undefined ? decode - (now - f.firstByteAt) : Math.max(0, f.prefillMs - (now - f.sentAt)) + decode);
+}
+
+/**
+ * The requests running on a replica by the tag of their decision's commit (Router.commit): which
+ * prompt a slot is busy with (`busyWith`, for hybrid's slot hold), who waits for one to end
+ * (`untilEnded`), and which ended since the last was sent (`overflowCleared`). A tag, not the
+ * commit time: two commits can share a millisecond. 0 (no commit: a replica a reload removed)
+ * is not followed.
+ */
+export class RunningCommits {
+  /** Commit tags of the requests running here, each with how many run under it. */
+  private readonly running = new Map<number, number>();
+  /** Who waits for a running request to end, by its commit tag. */
+  private readonly waiters = new Map<number, (() => void)[]>();
+  /** Commit tags of the requests that ended here, their prompts kept in their slots, since the last one was sent. */
+  private readonly endedSinceSent = new Set<number>();
+
+  /** The request whose decision was committed with tag `commit` was sent here. */
+  sent(commit: number): void {
+    this.endedSinceSent.clear();
+    if (commit === 0) return;
+    this.running.set(commit, (this.running.get(commit) ?? 0) + 1);
+  }
+
+  /** It ended here; `keptInSlot`: its answer ran its course, or its client left, so its prompt stays in its slot. */
+  ended(commit: number, keptInSlot = false): void {
+    if (commit === 0) return;
+    if (keptInSlot) this.endedSinceSent.add(commit);
+    const n = (this.running.get(commit) ?? 0) - 1;
+    if (n > 0) return void this.running.set(commit, n);
+    this.running.delete(commit);
+    const waiting = this.waiters.get(commit);
+    this.waiters.delete(commit);
+    for (const wake of waiting ?? []) wake();
+  }
+
+  busyWith(commit: number): boolean {
+    return this.running.has(commit);
+  }
+
+  /**
+   * The commits whose prompts a llama.cpp unified KV's overflow purged from idle slots
+   * ("Context size has been exceeded."): before it gives up, its `decode` clears every idle
+   * slot holding tokens, one per failed try (server-context.cpp try_clear_idle_slots:
+   * prompt_clear, nothing saved). Into the host-RAM prompt cache every idle slot is saved when
+   * a task starts (process_single_task, --cache-idle-slots, on by default with --cache-ram):
+   * so lost are the prompts of the requests that ended here, kept in their slots, since the
+   * last one was sent (no task started since to save them) — sent counts as started: one the
+   * engine deferred for a slot starts later and saves more, and another client's task saves
+   * them too; then this over-counts, which costs hits, never a wrong answer. (The slots the
+   * overflow fails are cleared too, `send_error` … `prompt_clear`; of those the router takes
+   * back only what the failed requests added: src/proxy/attempt.ts.)
+   */
+  overflowCleared(): Set<number> {
+    return new Set(this.endedSinceSent);
+  }
+
+  /**
+   * Resolves when the request committed with tag `commit` has ended here (at once if none
+   * runs), when `ms` have passed, or when `signal` aborts, whichever is first.
+   */
+  untilEnded(commit: number, ms: number, signal: AbortSignal): Promise<void> {
+    if (!this.running.has(commit) || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        const rest = this.waiters.get(commit)?.filter((w) => w !== done);
+        if (rest?.length) this.waiters.set(commit, rest);
+        else this.waiters.delete(commit);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done, { once: true });
+      this.waiters.set(commit, [...(this.waiters.get(commit) ?? []), done]);
+    });
+  }
 }

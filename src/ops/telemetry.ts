@@ -6,7 +6,8 @@ import { shownUrl } from "../_shown-url.ts";
 import pkg from "../../package.json" with { type: "json" };
 import type { Cluster, ClusterStatus } from "../cluster/cluster.ts";
 import type { CapacityWatch } from "../fleet/capacity.ts";
-import type { Fleet, Replica } from "../fleet/fleet.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { Replica } from "../fleet/replica.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import type { CapacityEvidence } from "../route/evidence.ts";
 import type { Router } from "../route/router.ts";
@@ -59,18 +60,18 @@ export class Telemetry {
     const r = this.registry;
     r.gauge("llmroute_replica_up", "1 while the replica passes health checks.", each((x) => (x.healthy ? 1 : 0)));
     r.gauge("llmroute_replica_half_open", "1 while the replica is half-open: back from down, its next request a trial.", each((x) => (x.state === "half-open" ? 1 : 0)));
-    r.gauge("llmroute_replica_consecutive_failures", "Failed requests (502/503/504, reset, timeout) since the replica last answered; health.failures demote it.", each((x) => x.consecutiveFailures));
+    r.gauge("llmroute_replica_consecutive_failures", "Failed requests (502/503/504, reset, timeout) since the replica last answered; health.failures demote it.", each((x) => x.health.consecutiveFailures));
     r.gauge("llmroute_timeouts_total", "Upstream deadlines that fired: connect and first_byte (failed over), stream_idle (stream ended).", () =>
-      replicas().flatMap((x) => (["connect", "first_byte", "stream_idle"] as const).map((kind): [Record<string, string>, number] => [{ replica: x.name, kind }, x.timeouts[kind]])), "counter");
-    r.gauge("llmroute_cache_losses_total", "Times the replica's cache was declared lost (it refused connections at a check, or its engine restarted) and its prefixes forgotten.", each((x) => x.cacheLosses), "counter");
-    r.gauge("llmroute_panic_routes_total", "Requests routed while every replica of their pool was down (panic mode: routed to all).", () => [[{}, this.live().fleet.panicRoutes]], "counter");
+      replicas().flatMap((x) => (["connect", "first_byte", "stream_idle"] as const).map((kind): [Record<string, string>, number] => [{ replica: x.name, kind }, x.stats.timeouts[kind]])), "counter");
+    r.gauge("llmroute_cache_losses_total", "Times the replica's cache was declared lost (it refused connections at a check, or its engine restarted) and its prefixes forgotten.", each((x) => x.stats.cacheLosses), "counter");
+    r.gauge("llmroute_panic_routes_total", "Requests routed while every replica of their pool was down (panic mode: routed to all).", () => [[{}, this.live().fleet.panic.routes]], "counter");
     r.gauge("llmroute_inflight", "Requests in flight to the replica through this router.", each((x) => x.inflight));
-    r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.failovers), "counter");
-    r.gauge("llmroute_slot_holds_total", "Requests the router held for the replica's slot that kept their prefix, busy with another request (llama.cpp gives a request an idle slot, which would prefill the prefix again): route reason suffix ',held'. Each counted once, however its wait ended (the slot freed, the wait reached the prefill it would save, the client left).", each((x) => x.holds), "counter");
-    r.gauge("llmroute_slot_held_seconds_total", "Seconds those requests waited for the slot, in all.", each((x) => x.heldMs / 1000), "counter");
-    r.gauge("llmroute_kv_full_total", "Requests the replica's engine turned away before the first byte because its KV could not hold them beside the running ones (llama.cpp's unified KV: \"Context size has been exceeded.\"); each was failed over.", each((x) => x.kvFull), "counter");
-    r.gauge("llmroute_prompts_over_context_total", "Prompts sent to the replica longer than the context its engine cuts them to (Ollama's num_ctx, from /api/ps): the engine dropped their oldest messages, so their cache could not be reused.", each((x) => x.overContext), "counter");
-    r.gauge("llmroute_engine_busy_total", "Requests the replica's engine turned away before computing anything because its queue was full (Ollama's scheduler, vLLM's admission control); each was sent elsewhere, or answered 503 when no other replica was left to try.", each((x) => x.busy), "counter");
+    r.gauge("llmroute_failovers_total", "Requests that failed on this replica before the first byte and were retried elsewhere.", each((x) => x.stats.failovers), "counter");
+    r.gauge("llmroute_slot_holds_total", "Requests the router held for the replica's slot that kept their prefix, busy with another request (llama.cpp gives a request an idle slot, which would prefill the prefix again): route reason suffix ',held'. Each counted once, however its wait ended (the slot freed, the wait reached the prefill it would save, the client left).", each((x) => x.stats.holds), "counter");
+    r.gauge("llmroute_slot_held_seconds_total", "Seconds those requests waited for the slot, in all.", each((x) => x.stats.heldMs / 1000), "counter");
+    r.gauge("llmroute_kv_full_total", "Requests the replica's engine turned away before the first byte because its KV could not hold them beside the running ones (llama.cpp's unified KV: \"Context size has been exceeded.\"); each was failed over.", each((x) => x.stats.kvFull), "counter");
+    r.gauge("llmroute_prompts_over_context_total", "Prompts sent to the replica longer than the context its engine cuts them to (Ollama's num_ctx, from /api/ps): the engine dropped their oldest messages, so their cache could not be reused.", each((x) => x.stats.overContext), "counter");
+    r.gauge("llmroute_engine_busy_total", "Requests the replica's engine turned away before computing anything because its queue was full (Ollama's scheduler, vLLM's admission control); each was sent elsewhere, or answered 503 when no other replica was left to try.", each((x) => x.stats.busy), "counter");
     r.gauge("llmroute_index_entries", "Prefix index entries held per replica.", each((x) => this.live().router.index.replicaStats(x.name).entries));
     r.gauge("llmroute_conversations", "Remembered prompt tips (conversations and one-shots) per replica.", each((x) => this.live().router.index.replicaStats(x.name).tips));
     r.gauge("llmroute_working_set_tokens", "Estimated tokens of distinct prefixes used within routing.capacity_window.", () =>
@@ -149,7 +150,7 @@ export class Telemetry {
         findings.push({ id: `${r.name}/${kind}`, replica: r.name, kind, line, details });
       };
       if (cap?.over && cap.finding) warn("capacity", cap.finding, cap.finding, cap.advice ?? null);
-      const wall = r.kvWall && now < r.kvWall.until ? r.kvWall : undefined;
+      const wall = r.wall.wall && now < r.wall.wall.until ? r.wall.wall : undefined;
       if (wall) {
         const tokens = Math.round(wall.tokens).toLocaleString("en-US");
         warn(
@@ -159,7 +160,7 @@ export class Telemetry {
           `The engine failed the requests it was running together because its KV could not hold them (a llama.cpp unified KV: all slots share one n_ctx). The router sent them again and holds requests to this card while the prompts in flight there would reach 90 % of ~${tokens} tokens, so they wait instead of failing.${config.routing.policy === "hybrid" ? " The running policy, hybrid, can move a conversation whose turns wait here to a card where it fits beside what runs, once the waits have cost as much as prefilling it there (route reason wall)." : ""} What helps: a larger -c, fewer concurrent long conversations per card, or more cards.`,
         );
       }
-      if (r.state !== "up" && r.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
+      if (r.state !== "up" && r.health.lastError) warn("health", ...healthWarning(r, now, config.health.interval_ms / 1000));
       const evidence = router.evidence.of(r.name);
       if (evidence.distrusted) {
         warn(
@@ -192,18 +193,18 @@ export class Telemetry {
         url: shownUrl(r.config.url),
         healthy: r.healthy,
         state: r.state,
-        health_path: fleet.healthPathOf(r),
-        consecutive_failures: r.consecutiveFailures,
-        timeouts: { ...r.timeouts },
-        cache_losses: r.cacheLosses,
-        last_error: r.lastError ? { message: r.lastError.message, at: new Date(r.lastError.at).toISOString() } : null,
+        health_path: fleet.watch.healthPathOf(r),
+        consecutive_failures: r.health.consecutiveFailures,
+        timeouts: { ...r.stats.timeouts },
+        cache_losses: r.stats.cacheLosses,
+        last_error: r.health.lastError ? { message: r.health.lastError.message, at: new Date(r.health.lastError.at).toISOString() } : null,
         inflight: r.inflight,
-        served: r.served,
-        failovers: r.failovers,
-        kv_full: r.kvFull,
-        kv_wall: wall ? { tokens: Math.round(wall.tokens), until: new Date(wall.until).toISOString(), waited_s: Math.round(r.waitedMs(now)) / 1000 } : null,
-        busy: r.busy,
-        over_context: r.overContext,
+        served: r.stats.served,
+        failovers: r.stats.failovers,
+        kv_full: r.stats.kvFull,
+        kv_wall: wall ? { tokens: Math.round(wall.tokens), until: new Date(wall.until).toISOString(), waited_s: Math.round(r.wall.waitedMs(now)) / 1000 } : null,
+        busy: r.stats.busy,
+        over_context: r.stats.overContext,
         models: r.cards.map((c) => c.id),
         conversations: stats.tips,
         index_entries: stats.entries,
@@ -247,7 +248,7 @@ export class Telemetry {
       policy: config.routing.policy,
       uptime_s: Math.round((now - startedAt) / 1000),
       healthy: replicas.filter((r) => r.healthy).length,
-      panic: fleet.inPanic(),
+      panic: fleet.panic.active(),
       index: { entries: router.index.size, max_entries: config.routing.index_max_entries, memory_bytes: router.index.memoryBytes() },
       capacity_window_s: Math.round(config.routing.capacity_window_ms / 1000),
       health_interval_s: config.health.interval_ms / 1000,
@@ -266,8 +267,8 @@ export class Telemetry {
  * [text as /status gives it, short line, details]
  */
 function healthWarning(r: Fleet["replicas"][number], now: number, intervalS: number): [string, string, string] {
-  const error = r.lastError!;
-  const age = duration((now - (r.downSince ?? error.at)) / 1000);
+  const error = r.health.lastError!;
+  const age = duration((now - (r.health.downSince ?? error.at)) / 1000);
   if (r.state === "half-open") {
     return [
       `half-open: demoted ${age} ago (${error.message}); its health check passes again, so its next request is a trial`,
@@ -276,10 +277,10 @@ function healthWarning(r: Fleet["replicas"][number], now: number, intervalS: num
     ];
   }
   const back =
-    r.demotedBy === "requests"
+    r.health.demotedBy === "requests"
       ? `Failed requests took it out; when its health check (every ${intervalS} s) passes it turns half-open, and one trial request decides.`
       : `It is back in routing at the first health check that passes (every ${intervalS} s).`;
-  const lost = r.cacheLost ? " Nothing listened on its port, so its cache went with the process: its prefixes are forgotten, and its conversations start cold where they go next." : "";
+  const lost = r.health.cacheLost ? " Nothing listened on its port, so its cache went with the process: its prefixes are forgotten, and its conversations start cold where they go next." : "";
   return [`down for ${age}: ${error.message}`, `down for ${age}: ${error.message}`, `Requests for its models go to the other replicas that serve them (to all of them, this one included, while none is up: panic mode). ${back}${lost}`];
 }
 

@@ -5,9 +5,9 @@
  * client's credentials never reach a replica; the replica's own key is sent instead.
  */
 import type { ReplicaConfig } from "../config.ts";
-import { authHeaders } from "../fleet/fleet.ts";
+import { authHeaders } from "../fleet/watch.ts";
 import type { Endpoint } from "../route/shape.ts";
-import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, HOP_BY_HOP, VIA } from "./_constants.ts";
+import { DROP_REQUEST_HEADERS, DROP_RESPONSE_HEADERS, HOP_BY_HOP, VIA } from "./_header-sets.ts";
 
 /** Who sent the request, as the listening socket saw it. */
 export interface ClientInfo {

@@ -6,7 +6,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import type { Endpoint } from "../route/shape.ts";
-import { nestingDepth } from "./_json.ts";
+import { nestingDepth } from "./_json-members.ts";
 
 /** Deeper JSON than this is refused before parsing (canonicalising it would recurse as deep). */
 export const MAX_JSON_DEPTH = 128;

@@ -9,7 +9,8 @@ import type { Server } from "bun";
 import { Cluster } from "../cluster/cluster.ts";
 import { changedKeys, needsRestart, type Config } from "../config.ts";
 import { CapacityWatch } from "../fleet/capacity.ts";
-import { Fleet, type FetchLike } from "../fleet/fleet.ts";
+import type { FetchLike } from "../engines/discover.ts";
+import { Fleet } from "../fleet/fleet.ts";
 import { createLog, type Log } from "../log.ts";
 import { loadState, saveState } from "../ops/state-file.ts";
 import { kvView, Telemetry } from "../ops/telemetry.ts";
@@ -281,7 +282,7 @@ export async function startRouter(initial: Config, options: StartOptions = {}): 
       config = next;
       schedule();
       // Every replica is asked again what it is: an engine may have been replaced behind its URL.
-      for (const r of fleet.replicas) r.rediscover = true;
+      for (const r of fleet.replicas) r.watch.rediscover = true;
       await fleet.checkAll();
       log.info("config reloaded", {
         changed: changed.filter((k) => !needsRestart(k)).join(",") || "nothing",

@@ -7,7 +7,7 @@
  * again, so the client receives the bytes it would have received without the router.
  */
 import type { Endpoint } from "../route/shape.ts";
-import { splice, topLevelMembers, withoutMember, type Member } from "./_json.ts";
+import { splice, topLevelMembers, withoutMember, type Member } from "./_json-members.ts";
 
 const encoder = new TextEncoder();
 

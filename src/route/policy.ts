@@ -123,7 +123,7 @@ export interface Policy {
   /**
    * A request whose prefix the chosen replica keeps in a slot busy with another request
    * (llama.cpp) waits at the router for that slot, when that is sooner than prefilling the
-   * prefix again (src/proxy/proxy.ts `holdForSlot`).
+   * prefix again (src/proxy/slot-hold.ts `holdForSlot`).
    */
   waitsForSlot?: boolean;
   choose(input: RouteInput, replicas: readonly ReplicaView[], ctx: PolicyContext): Decision | undefined;

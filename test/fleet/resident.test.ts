@@ -44,10 +44,10 @@ async function ollama(kvTokens = 0) {
     return new Response("404 page not found", { status: 404 });
   };
   const config: ReplicaConfig = { name: "o", url: "http://127.0.0.1:1", kv_tokens: kvTokens, models: [], health_path: "/api/version" };
-  const fleet = new Fleet([config], { log, fetch, now: () => now, healthPath: "/health", healthTimeoutMs: 100, failures: 3, onCacheLost: (_r, reason) => lost.push(reason) });
+  const fleet = new Fleet([config], { log, fetch, wallClock: () => now, healthPath: "/health", healthTimeoutMs: 100, failures: 3, onCacheLost: (_r, reason) => lost.push(reason) });
   const a = fleet.replicas[0]!;
   now = T0 - 1_200_000;
-  await fleet.check(a);
+  await fleet.watch.check(a);
   return {
     fleet,
     log,
@@ -57,12 +57,12 @@ async function ollama(kvTokens = 0) {
       now = at;
       ps = listed;
       date = engineDate === undefined ? undefined : new Date(engineDate).toUTCString();
-      await fleet.check(a);
+      await fleet.watch.check(a);
     },
     /** This router sends a chat request for `name` at `at`; true when the engine may cut it. */
     send: (at: number, tokens = 100, name = "qwen3") => {
       now = at;
-      return fleet.promptSent(a, { tokens, model: name, endpoint: "chat" });
+      return fleet.watch.promptSent(a, { tokens, model: name, endpoint: "chat" });
     },
     /** Hold the next /api/ps answer: `asked` resolves once it was asked, `release` lets it go. */
     holdNext: () => {
@@ -108,7 +108,7 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
     await o.look(T0 + 302_000, []);
     await o.look(T0 + 303_000, []);
     expect(o.lost).toEqual([UNLOADED]);
-    expect(o.a.cacheLosses).toBe(1);
+    expect(o.a.stats.cacheLosses).toBe(1);
     expect(o.log.records.filter((r) => r.msg === "replica cache lost: forgetting its prefixes")).toHaveLength(1);
   });
 
@@ -200,8 +200,8 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
     const fleet = new Fleet([{ name: "l", url: "http://127.0.0.1:1", kv_tokens: 0, models: [] }], { log: memoryLog(), healthPath: "/health", healthTimeoutMs: 100, failures: 3 });
     const l = fleet.replicas[0]!;
     l.facts = { family: "llamacpp", metrics: { state: "off" }, found: [], missing: [], cacheCounters: false, cachedTokensSeen: false };
-    for (let i = 0; i < 300; i++) expect(fleet.promptSent(l, { tokens: 100_000, model: `made-up-${i}`, endpoint: "chat" })).toBe(false);
-    expect([l.dispatches, l.dispatchTimes.length, l.requestedModels.size]).toEqual([0, 0, 0]);
+    for (let i = 0; i < 300; i++) expect(fleet.watch.promptSent(l, { tokens: 100_000, model: `made-up-${i}`, endpoint: "chat" })).toBe(false);
+    expect([l.residency.dispatches, l.residency.dispatchTimes.length, l.residency.requestedModels.size]).toEqual([0, 0, 0]);
   });
 
   it("a prompt against its model's context: from 80 % the engine may cut it (not learnt from), beyond 105 % counted and said once", async () => {
@@ -209,13 +209,13 @@ describe("an engine's loaded models (Ollama /api/ps)", () => {
     await o.look(T0, [model(T0 + 300_000, 8192), model(T0 + 300_000, 512, "nomic-embed-text:latest")]);
     expect(o.send(T0 + 1, 6000)).toBe(false);
     expect(o.send(T0 + 2, 7000)).toBe(true);
-    expect(o.a.overContext).toBe(0);
+    expect(o.a.stats.overContext).toBe(0);
     expect(o.send(T0 + 3, 9000)).toBe(true);
     expect(o.send(T0 + 4, 9000)).toBe(true);
-    expect(o.a.overContext).toBe(2);
+    expect(o.a.stats.overContext).toBe(2);
     // A model not loaded: its context is not known.
     expect(o.send(T0 + 5, 9000, "llama3")).toBe(false);
-    expect(o.fleet.promptSent(o.a, { tokens: 9000, model: "qwen3", endpoint: "embeddings" })).toBe(false);
+    expect(o.fleet.watch.promptSent(o.a, { tokens: 9000, model: "qwen3", endpoint: "embeddings" })).toBe(false);
     expect(o.log.records.filter((r) => r.level === "warn").map((r) => [r.msg, r.fields.model, r.fields.context_tokens])).toEqual([
       ["prompt longer than o's context: raise OLLAMA_CONTEXT_LENGTH, or the model's num_ctx", "qwen3", 8192],
     ]);

@@ -6,7 +6,7 @@ import { describe, expect, it } from "bun:test";
 import type { ReplicaConfig } from "../../src/config.ts";
 import type { EngineFacts } from "../../src/engines/discover.ts";
 import type { Capacity, EngineFamily } from "../../src/engines/profile.ts";
-import { Replica } from "../../src/fleet/fleet.ts";
+import { Replica } from "../../src/fleet/replica.ts";
 import { SlotQueue } from "../../src/fleet/slot-queue.ts";
 
 /** A streamed request that took `prefillMs` to its first byte and `decodeMs` after it, ending at `t + prefillMs + decodeMs`. */
@@ -116,8 +116,8 @@ describe("a replica's view", () => {
   });
   const busy = (r: Replica) => {
     const t = Date.now();
-    served(r.flights, t - 60_000, 100, 8_000); // its generations take 8 s
-    r.flights.firstByte(r.flights.begin(100, t - 2_000), t - 1_000); // one running, 7 s left
+    served(r.slotQueue, t - 60_000, 100, 8_000); // its generations take 8 s
+    r.slotQueue.firstByte(r.slotQueue.begin(100, t - 2_000), t - 1_000); // one running, 7 s left
   };
 
   it("Ollama (one slot, OLLAMA_NUM_PARALLEL's default): the wait for its slot", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "bun:test";
 import { CapacityWatch } from "../../src/fleet/capacity.ts";
-import { Replica } from "../../src/fleet/fleet.ts";
+import { Replica } from "../../src/fleet/replica.ts";
 import { memoryLog } from "../../src/log.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
 
@@ -33,33 +33,33 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
   it("uses each replica's calibrated characters per token", () => {
     const watch = new CapacityWatch(memoryLog());
     const gpu0 = replica("gpu0", 1000);
-    for (let i = 0; i < 50; i++) gpu0.observeTokens(2000, 1000); // this engine: 2 chars per token
+    for (let i = 0; i < 50; i++) gpu0.calibration.observe(2000, 1000); // this engine: 2 chars per token
     expect(watch.update([gpu0], { perReplica: new Map([["gpu0", 2400]]), fleet: 2400 }, 1)[0]).toMatchObject({ workingSetTokens: 1200, over: true });
   });
 
   it("calibration is led by large prompts: short ones with template overhead barely move it", () => {
     const gpu0 = replica("gpu0", 1000);
-    for (let i = 0; i < 5; i++) gpu0.observeTokens(320_000, 80_000);
-    for (let i = 0; i < 10; i++) gpu0.observeTokens(240, 80); // 20 of the 80 tokens are template
+    for (let i = 0; i < 5; i++) gpu0.calibration.observe(320_000, 80_000);
+    for (let i = 0; i < 10; i++) gpu0.calibration.observe(240, 80); // 20 of the 80 tokens are template
     expect(gpu0.charsPerToken).toBeGreaterThan(3.99);
     expect(gpu0.charsPerToken).toBeLessThan(4);
   });
 
   it("keeps the default until 1,000 prompt tokens were seen, and never learns from one-line prompts", () => {
     const gpu1 = replica("gpu1", 1000);
-    gpu1.observeTokens(7, 13); // {"role":"user","content":"hi"}: the chat template is most of it
+    gpu1.calibration.observe(7, 13); // {"role":"user","content":"hi"}: the chat template is most of it
     expect(gpu1.charsPerToken).toBe(4);
-    for (let i = 0; i < 200; i++) gpu1.observeTokens(7, 13); // 2,600 tokens of "hi"s: still nothing to learn from
+    for (let i = 0; i < 200; i++) gpu1.calibration.observe(7, 13); // 2,600 tokens of "hi"s: still nothing to learn from
     expect(gpu1.charsPerToken).toBe(4);
-    gpu1.observeTokens(1500, 500);
+    gpu1.calibration.observe(1500, 500);
     expect(gpu1.charsPerToken).toBe(4); // 500 tokens: not enough yet
-    gpu1.observeTokens(1500, 500);
+    gpu1.calibration.observe(1500, 500);
     expect(gpu1.charsPerToken).toBeCloseTo(3, 5); // 1,000: this engine's own ratio
   });
 
   it("a real agent turn calibrates at once", () => {
     const gpu0 = replica("gpu0", 1000);
-    gpu0.observeTokens(9000, 3000);
+    gpu0.calibration.observe(9000, 3000);
     expect(gpu0.charsPerToken).toBe(3);
   });
 
@@ -67,9 +67,9 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     const watch = new CapacityWatch(memoryLog());
     const gpu0 = replica("gpu0", 100_000);
     const gpu1 = replica("gpu1", 100_000);
-    gpu0.observeTokens(26_000, 8_693); // two agent conversations: ~3 chars per token
-    gpu1.observeTokens(2, 13); // one "hi"
-    gpu1.charsPerToken = 0.54; // even if a replica's ratio is way off
+    gpu0.calibration.observe(26_000, 8_693); // two agent conversations: ~3 chars per token
+    gpu1.calibration.observe(2, 13); // one "hi"
+    gpu1.calibration.charsPerToken = 0.54; // even if a replica's ratio is way off
     const readings = watch.update([gpu0, gpu1], { perReplica: new Map([["gpu0", 26_000], ["gpu1", 0]]), fleet: 26_000 }, 1);
     expect(readings.map((r) => r.workingSetTokens)).toEqual([8693, 0]);
     expect(watch.fleet.workingSetTokens).toBe(8693);
@@ -79,8 +79,8 @@ describe("capacity wall: warn once per episode, with the numbers and the levers"
     const watch = new CapacityWatch(memoryLog());
     const gpu0 = replica("gpu0", 100_000);
     const gpu1 = replica("gpu1", 100_000);
-    gpu0.observeTokens(20_000, 10_000); // 2 chars per token
-    gpu1.observeTokens(40_000, 10_000); // 4 chars per token
+    gpu0.calibration.observe(20_000, 10_000); // 2 chars per token
+    gpu1.calibration.observe(40_000, 10_000); // 4 chars per token
     const distinct = watch.update([gpu0, gpu1], { perReplica: new Map([["gpu0", 6000], ["gpu1", 2000]]), fleet: 8000 }, 1);
     expect(distinct.map((r) => r.workingSetTokens)).toEqual([3000, 500]);
     expect(watch.fleet.workingSetTokens).toBe(3500);

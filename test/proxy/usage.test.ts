@@ -1,10 +1,10 @@
 /**
  * Usage on every response: the one edit of the client's bytes (stream_options added) and
  * its undoing in the stream. Byte-exact tables; the end-to-end check with the official
- * client is in test/router/usage.test.ts.
+ * client is in test/proxy/usage-relay.test.ts.
  */
 import { describe, expect, it } from "bun:test";
-import { nestingDepth, topLevelMembers } from "../../src/proxy/_json.ts";
+import { nestingDepth, topLevelMembers } from "../../src/proxy/_json-members.ts";
 import { VLLM } from "../../src/engines/vllm.ts";
 import { UsageStripper, withUsageRequested } from "../../src/proxy/usage.ts";
 

@@ -180,7 +180,7 @@ describe("an agent loop through the router", () => {
       for (const rep of s.replicas) expect(rep.hit.predictions.miss).toBe(0);
       expect(s.warnings).toEqual([]);
       // The prefill rate is the engine's own (llamacpp:prompt_tokens_total / prompt_seconds_total), not the 4,000 guess.
-      await Promise.all(r.fleet.replicas.map((x) => r.fleet.scrape(x)));
+      await Promise.all(r.fleet.replicas.map((x) => r.fleet.watch.scrape(x)));
       for (const [i, x] of replicas.entries()) {
         const rate = (await engineMetric(x.url, "llamacpp:prompt_tokens_total")) / (await engineMetric(x.url, "llamacpp:prompt_seconds_total"));
         const believed = r.fleet.replicas[i]!.prefill.rate;
@@ -553,7 +553,7 @@ describe("a replica killed and restarted mid-traffic", () => {
       await clientOf(r.url).chat.completions.create({ model: "tiny", messages: [{ role: "user", content: lines("before the restart", 20) }], max_tokens: 2, ...WORDS_ONLY });
       expect((await status(r.url)).replicas[0]!.index_entries).toBeGreaterThan(0);
       await engine!.restart();
-      await r.fleet.check(r.fleet.replicas[0]!);
+      await r.fleet.watch.check(r.fleet.replicas[0]!);
       const lost = r.log.records.find((x) => x.msg.startsWith("replica cache lost"));
       expect(String(lost?.fields.reason)).toMatch(/^engine restarted: process-start-time-unix \d+ → \d+$/);
       expect((await status(r.url)).replicas[0]!.index_entries).toBe(0);
