@@ -5,7 +5,7 @@
  * choosing a replica: an in-process llmroute router running one policy, or the bench-only
  * oracle, which asks every sim how much of the prompt it holds right now.
  */
-import { DEFAULT_METRICS_PATH, parseConfig, type Config } from "../config.ts";
+import { DEFAULT_METRICS_PATH, DEFAULTS, duration, parseConfig, type Config } from "../config.ts";
 import { discoverEngine } from "../engines/discover.ts";
 import { profileOf } from "../engines/index.ts";
 import type { PolicyName } from "../route/options.ts";
@@ -74,6 +74,8 @@ export interface RouterTomlOptions {
   kvTokens?: KvTokensSetting;
   /** Real ms between health checks, which also scrape each engine's /metrics (default 60 s). */
   healthIntervalMs?: number;
+  /** Sims' time scale: the router's windows (routing.capacity_window, routing.index_ttl) are its defaults in model time. */
+  timeScale?: number;
 }
 
 /**
@@ -86,19 +88,30 @@ export function simHealthIntervalMs(timeScale: number): number {
   return Math.max(100, Math.round(10_000 * timeScale));
 }
 
+/** A config duration ("5m") times the time scale, in ms, at least the 1 s the validator allows. */
+function scaledMs(value: string, timeScale: number): number {
+  const ms = duration(value);
+  if (!ms.ok) throw new Error(`bench: the default ${value} is no duration`);
+  return Math.max(1000, Math.round(ms.value * timeScale));
+}
+
 /**
  * A router config for `replicas` with one policy: loopback, port 0, quiet health checks.
  * kv_tokens is each replica's real KV times the setting's factor, or left out (`none`): the
  * router then starts from what the engine publishes, or learns it from evidence.
  */
 export function routerToml(replicas: readonly ReplicaInfo[], policy: PolicyName, model: string, options: RouterTomlOptions = {}): string {
-  const { adminListen, kvTokens = { kind: "factor", factor: 1 }, healthIntervalMs = 60_000 } = options;
+  const { adminListen, kvTokens = { kind: "factor", factor: 1 }, healthIntervalMs = 60_000, timeScale = 1 } = options;
   const lines = [
     "[server]",
     `listen = "127.0.0.1:0"`,
     ...(adminListen ? [`admin_listen = "${adminListen}"`] : []),
     "[routing]",
     `policy = "${policy}"`,
+    // What the router calls recent and how long it remembers, as a router in front of the
+    // modelled cards would: at time scale 0.1 its default 5-minute window would span 50
+    // minutes of the cards' time (a whole trace replay), its hour ten.
+    ...(timeScale === 1 ? [] : [`capacity_window = "${scaledMs(DEFAULTS.routing.capacity_window, timeScale)}ms"`, `index_ttl = "${scaledMs(DEFAULTS.routing.index_ttl, timeScale)}ms"`]),
     "[health]",
     // The bench's replicas do not come and go; by default a long interval keeps checks out of the timings.
     `interval = "${healthIntervalMs}ms"`,
@@ -296,7 +309,8 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
   }));
   const model = sims[0]!.app.options.model;
   const healthIntervalMs = simHealthIntervalMs(options.timeScale);
-  const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) => routerToml(rs, policy, model, { kvTokens, healthIntervalMs, ...(adminListen ? { adminListen } : {}) });
+  const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) =>
+    routerToml(rs, policy, model, { kvTokens, healthIntervalMs, timeScale: options.timeScale, ...(adminListen ? { adminListen } : {}) });
   return {
     kind: "sim",
     replicas,

@@ -8,6 +8,7 @@ import type { ReplicaConfig } from "../config.ts";
 import type { Log } from "../log.ts";
 import type { FetchLike, ModelCard } from "../engines/discover.ts";
 import type { FleetView } from "../route/router.ts";
+import { pricedRates } from "./prefill.ts";
 import { Health, PanicMode } from "./health.ts";
 import { configCard, Replica } from "./replica.ts";
 import { EngineWatcher } from "./watch.ts";
@@ -132,16 +133,9 @@ export class Fleet {
       v.healthy = !exclude.has(r.name) && (panic || r.routable);
       return v;
     });
-    // A replica not measured yet is priced at its measured peers' mean rate, not at a fixed
-    // guess: against sims at time scale 0.1, or cards faster than the guess, the guess made an
-    // idle replica look ten times slower, so it was never sent anything and never measured.
-    const measured = pool.flatMap((r, i) => (r.prefill.measured ? [views[i]!.prefillRate] : []));
-    if (measured.length > 0 && measured.length < pool.length) {
-      const mean = measured.reduce((a, b) => a + b, 0) / measured.length;
-      pool.forEach((r, i) => {
-        if (!r.prefill.measured && views[i]!.prefillRate === r.prefill.rate) views[i]!.prefillRate = mean;
-      });
-    }
+    // Priced at rates shrunk towards the pool's (src/fleet/prefill.ts `pricedRates`).
+    const rates = pricedRates(pool.map((r, i) => ({ ...r.prefill.measurement(), rate: views[i]!.prefillRate })));
+    views.forEach((v, i) => (v.prefillRate = rates[i]!));
     return { views, panic };
   }
 }

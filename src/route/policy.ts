@@ -108,9 +108,12 @@ export interface PolicyContext {
    */
   remembered(replica: string): number;
   /**
-   * Characters worth keeping (reused, or part of a conversation) that `chars` new characters
-   * would push out of a replica's full card, oldest first as its LRU cache would; 0 with room
-   * to spare or a KV that is not known. This request's own held prefix is not among them.
+   * Characters that `chars` new characters would push out of a replica's full card, oldest
+   * first as its LRU cache would, that one cache of every live card's KV would still keep:
+   * those used after the fleet's eviction frontier — how far back this request's own
+   * characters reach on the card where they reach least far (0 when some card has room).
+   * 0 with room to spare or a KV that is not known. This request's own held prefix is not
+   * among them.
    */
   displaces(replica: string, chars: number): number;
   /** The replica that last served this request's session key, if any. */

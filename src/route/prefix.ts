@@ -304,37 +304,84 @@ export class PrefixIndex {
   }
 
   /**
-   * The characters worth keeping that `chars` new characters would push out of a replica's
-   * full card: what it holds is its budget once it was sent more than that within the window
-   * (else what the index holds of it), and an LRU cache evicts the oldest first — the entry
-   * the budget cut through, for the part of it still there, then the oldest held. Worth
-   * keeping, of those used within the capacity window (as of the last `advance`): the ones
-   * reused or part of a conversation (the active working set, as `activeWorkingSet` counts
-   * it), and others last used at or after `keepSince` (ms) — a prompt sent once may still get
-   * its next turn. A prompt sent once and idle longer, or anything idle past the window,
-   * costs nothing to lose. The links of `chains` held there are skipped: the request itself
-   * touches them.
+   * A replica's full card as its LRU cache evicts: what it holds is its budget once it was sent
+   * more than that within the window (else what the index holds of it), and the oldest goes
+   * first — the entry the budget cut through, for the part of it still there, then the oldest
+   * held. The links of `chains` held there are skipped: the request itself touches them.
+   * `visit` gets each entry and how much of it is resident, until it returns false. Returns
+   * the card's occupied characters and budget, or undefined for a KV not known (nothing visited).
    */
-  displaces(replica: string, chars: number, chains: readonly PrefixChain[], keepSince = -Infinity): number {
+  private lruWalk(replica: string, chains: readonly PrefixChain[], visit: (e: number, resident: number) => boolean): { occupied: number; budget: number } | undefined {
     const r = this.ids.get(replica);
     const budget = r === undefined ? Infinity : this.budgetOf[r]!;
-    if (r === undefined || !Number.isFinite(budget)) return 0;
+    if (r === undefined || !Number.isFinite(budget)) return undefined;
     const held = this.heldOf[r]!;
     const occupied = Math.min(budget, Math.max(held, this.recentOf[r]!));
-    let over = occupied + chars - budget;
-    if (over <= 0) return 0;
     const own = new Set(this.chainEntries(r, chains));
     const start = this.heldStart[r]!;
     const cut = start === NIL ? this.newest[r]! : this.prev[start]!;
-    let kept = 0;
-    const take = (e: number, resident: number) => {
+    if (cut !== NIL && occupied > held && !own.has(cut) && !visit(cut, Math.min(this.delta[cut]!, occupied - held))) return { occupied, budget };
+    for (let e = start; e !== NIL; e = this.next[e]!) if (!own.has(e) && !visit(e, this.delta[e]!)) break;
+    return { occupied, budget };
+  }
+
+  /** What `chars` new characters would push out of a replica's full card (`lruWalk`'s order); `visit` gets each entry and how much of it goes. */
+  private evictions(replica: string, chars: number, chains: readonly PrefixChain[], visit: (e: number, lost: number) => void): void {
+    const r = this.ids.get(replica);
+    const budget = r === undefined ? Infinity : this.budgetOf[r]!;
+    if (r === undefined || !Number.isFinite(budget)) return;
+    let over = Math.min(budget, Math.max(this.heldOf[r]!, this.recentOf[r]!)) + chars - budget;
+    if (over <= 0) return;
+    this.lruWalk(replica, chains, (e, resident) => {
       const lost = Math.min(resident, over);
       over -= lost;
-      const f = this.flags[e]!;
-      if (f & COUNTED || (f & IN_WINDOW && this.last[e]! >= keepSince)) kept += lost;
-    };
-    if (cut !== NIL && occupied > held && !own.has(cut)) take(cut, Math.min(this.delta[cut]!, occupied - held));
-    for (let e = start; e !== NIL && over > 0; e = this.next[e]!) if (!own.has(e)) take(e, this.delta[e]!);
+      visit(e, lost);
+      return over > 0;
+    });
+  }
+
+  /**
+   * How far back one LRU cache holding all of `replicas`' KV would reach to make room for
+   * `chars` new characters: the last use (ms) of the newest entry it would push out, taking
+   * the fleet's entries oldest first across cards; -Infinity when it has room (or a card's KV
+   * is not known: the pool's room is not either).
+   */
+  pooledReach(replicas: readonly string[], chars: number, chains: readonly PrefixChain[]): number {
+    let occupied = 0;
+    let budget = 0;
+    for (const name of replicas) {
+      const card = this.lruWalk(name, chains, () => false);
+      if (!card) return -Infinity;
+      occupied += card.occupied;
+      budget += card.budget;
+    }
+    const over = occupied + chars - budget;
+    if (over <= 0) return -Infinity;
+    // No card gives up more than `over`: each one's oldest that much, merged by last use.
+    const oldest: { last: number; resident: number }[] = [];
+    for (const name of replicas) {
+      let taken = 0;
+      this.lruWalk(name, chains, (e, resident) => {
+        oldest.push({ last: this.last[e]!, resident });
+        return (taken += resident) < over;
+      });
+    }
+    oldest.sort((a, b) => a.last - b.last);
+    let left = over;
+    for (const { last, resident } of oldest) if ((left -= resident) <= 0) return last;
+    return oldest.at(-1)?.last ?? -Infinity;
+  }
+
+  /**
+   * The characters `chars` new characters would push out of a replica's full card that were
+   * used after `keepSince` (ms): what one cache of every card's KV would still keep when it
+   * reaches no further back than `keepSince` (`pooledReach`; see Router's `displaces`).
+   */
+  displaces(replica: string, chars: number, chains: readonly PrefixChain[], keepSince = -Infinity): number {
+    let kept = 0;
+    this.evictions(replica, chars, chains, (e, lost) => {
+      if (this.last[e]! > keepSince) kept += lost;
+    });
     return kept;
   }
 

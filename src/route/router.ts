@@ -9,7 +9,7 @@
 import { chainChars, continuationLink, linkHash, type PrefixChain } from "./chain.ts";
 import { hex64, type Hasher } from "./hash.ts";
 import type { CacheAwareOptions } from "./options.ts";
-import { bestMatch, live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
+import { live, type Decision, type Policy, type PolicyContext, type ReplicaView, type RouteInput } from "./policy.ts";
 import type { PrefixIndex, PrefixMatch } from "./prefix.ts";
 import { EngineEvidence, type CacheVerdict } from "./evidence.ts";
 import { breakPoints, type BreakPoints } from "./template-breaks.ts";
@@ -114,11 +114,6 @@ export type Retract = () => number;
 /** An acted-on decision (Router.commit): called, it is taken back; `tag` is its identity. */
 export type Commit = Retract & { readonly tag: number };
 
-/** Continuations whose gap since their previous turn is remembered (see `Router.turnHorizon`). */
-const TURN_GAPS = 64;
-/** Continuations seen before their gaps are trusted to say when a prompt is not coming back. */
-const TURN_GAPS_TRUSTED = 8;
-
 export class Router {
   policy: Policy;
   maxInflight: number;
@@ -139,14 +134,6 @@ export class Router {
   private readonly random: () => number;
   /** The last commit tag given out. */
   private tag: number;
-  /** How long the latest continuations came after their conversation's previous turn (ms): a ring. */
-  private readonly turnGaps = new Float64Array(TURN_GAPS);
-  private turnGapsSeen = 0;
-  /**
-   * Requests whose turn gap is counted: one routed again (after a hold for a busy slot, or a
-   * failover) came back once, not twice, and the second gap would add the wait.
-   */
-  private readonly gapCounted = new WeakSet<RouteInput>();
 
   constructor(options: RouterOptions) {
     this.policy = options.policy;
@@ -230,7 +217,14 @@ export class Router {
       sentSince: (replica, after, limitChars) => this.index.sentSince(replica, after, input.chains, limitChars),
       remembered: (replica) => input.chains.reduce((s, c) => s + this.index.matchRemembered(c, replica).chars, 0),
       displaces: (replica, chars) => {
-        keepSince ??= now - this.turnHorizon();
+        // One cache of every card's KV would push out the fleet's oldest first, as far back
+        // as this request needs beyond its longest held prefix; what a card would push out
+        // that such a cache keeps is lost before its time.
+        keepSince ??= this.index.pooledReach(
+          replicas.filter((r) => r.healthy).map((r) => r.name),
+          Math.max(0, totalChars - Math.max(0, ...matches.map((m) => m.chars))),
+          input.chains,
+        );
         displaced ??= new Map();
         const key = `${replica}\n${chars}`;
         let lost = displaced.get(key);
@@ -242,14 +236,6 @@ export class Router {
       ...(input.shape.session ? { sessionReplica: this.sessions.get(this.sessionKey(input)) } : {}),
       cacheAware: this.cacheAware,
     };
-    // How long this conversation took to come back: from its previous turn (its longest
-    // match; a shorter one elsewhere, a system prompt another conversation just used, says
-    // nothing of this one) to now.
-    const previous = continuation ? bestMatch(replicas, ctx) : undefined;
-    if (previous && now >= previous.match.lastUsed && !this.gapCounted.has(input)) {
-      this.gapCounted.add(input);
-      this.turnGaps[this.turnGapsSeen++ % TURN_GAPS] = now - previous.match.lastUsed;
-    }
     const decision = this.policy.choose(input, replicas, ctx);
     if (!decision) return undefined;
     const final = this.spill(decision, replicas);
@@ -264,13 +250,15 @@ export class Router {
    * random start, so instances sharing an index through the cluster almost never meet. The
    * tag is also what names the request while it runs (FleetView.busyWith), for the same reason.
    */
-  commit(input: RouteInput, decision: Decision, now: number): Commit {
+  commit(input: RouteInput, decision: Decision | Routed, now: number): Commit {
     if (decision.usedCounter) this.counter++;
     const tag = this.nextTag();
-    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, input.shape.continuation, tag));
+    // A conversation's turn, whether its earlier turns came as messages or in one prompt (`route`'s estimate says).
+    const continued = input.shape.continuation || ("estimate" in decision && decision.estimate.continuation === true);
+    const created = input.chains.map((chain) => this.index.record(chain, decision.replica, now, continued, tag));
     const session = input.shape.session ? this.sessionKey(input) : undefined;
     if (session !== undefined) remember(this.sessions, session, decision.replica, this.maxSessions);
-    this.sink?.commit(input.chains, decision.replica, now, tag, input.shape.continuation, session);
+    this.sink?.commit(input.chains, decision.replica, now, tag, continued, session);
     // A replica that never computed the prompt (refused, or answered an error) does not hold
     // it: left in the index, the next request there would be a "miss" that drops what the
     // replica really holds.
@@ -370,33 +358,26 @@ export class Router {
   }
 
   /**
-   * How long after its previous turn a conversation's next turn may still come: the longest
-   * gap of the last 64 continuations this router saw (from the last use of the longest prefix
-   * held of each — its previous turn — to now). A prompt sent once and idle longer than that
-   * is not expected back (what a card would lose by evicting it, `displaces`). Infinity until
-   * 8 continuations have been seen: everything sent within the window is then worth keeping.
-   */
-  turnHorizon(): number {
-    if (this.turnGapsSeen < TURN_GAPS_TRUSTED) return Infinity;
-    const n = Math.min(this.turnGapsSeen, TURN_GAPS);
-    let longest = 0;
-    for (let i = 0; i < n; i++) longest = Math.max(longest, this.turnGaps[i]!);
-    return longest;
-  }
-
-  /**
-   * A raw completions prompt carries no roles, so whether it continues an earlier one shows
-   * only in the index: a replica holds all its full chunks up to where an earlier prompt
-   * ended, and the earlier prompt's last, partial chunk is a prefix of this one's text there.
+   * A prompt that carries no earlier turns as messages — a raw completions prompt, or a chat
+   * whose client sends the whole conversation as one message ("flat") — shows that it
+   * continues an earlier one only in the index: a replica holds all its full chunks up to
+   * where an earlier prompt ended, inside this prompt's last message, and the earlier prompt's
+   * last, partial chunk is a prefix of this one's text there. The same completions prompt sent
+   * again counts too (a completions client's retry, a loop); a chat's does not: an identical
+   * one-shot (a repeated question on a document) is not a conversation.
    */
   private extendsServedPrompt(input: RouteInput, matches: readonly PrefixMatch[]): boolean {
-    if (input.shape.endpoint !== "completions" || input.chains.length !== 1) return false;
+    if (input.chains.length !== 1 || input.shape.sequences.length !== 1) return false;
     const chain = input.chains[0]!;
-    const prompt = input.shape.sequences[0]!.at(-1)![1];
+    const prompt = input.shape.sequences[0]!.at(-1)?.[1];
+    if (prompt === undefined) return false;
     const promptStart = chainChars(chain) - prompt.length;
     for (const m of matches) {
       if (m.depth === 0) continue;
-      if (m.depth === chain.length) return true; // the same prompt again
+      if (m.depth === chain.length) {
+        if (input.shape.endpoint === "completions") return true;
+        continue;
+      }
       const tail = this.index.tailAfter(chain, m.depth, m.replica);
       const offset = chain.ends[m.depth - 1]! - promptStart;
       if (tail === 0 || offset <= 0 || offset + tail > prompt.length) continue;

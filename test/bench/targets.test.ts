@@ -117,4 +117,12 @@ describe("routerToml: what the bench routers are told of the sims", () => {
     expect(parsed(routerToml(sims, "hybrid", "m", { healthIntervalMs: 1_000 })).health.interval_ms).toBe(1_000);
     expect(parsed(routerToml(sims, "hybrid", "m")).health.interval_ms).toBe(60_000);
   });
+
+  it("the router's windows are its defaults in model time: 5 minutes recent and an hour remembered, at time scale 0.1 30 s and 6 minutes", () => {
+    const scaled = parsed(routerToml(sims, "hybrid", "m", { timeScale: 0.1 })).routing;
+    expect([scaled.capacity_window_ms, scaled.index_ttl_ms]).toEqual([30_000, 360_000]);
+    const real = parsed(routerToml(sims, "hybrid", "m")).routing;
+    expect([real.capacity_window_ms, real.index_ttl_ms]).toEqual([300_000, 3_600_000]);
+    expect(parsed(routerToml(sims, "hybrid", "m", { timeScale: 0.001 })).routing.capacity_window_ms).toBe(1_000);
+  });
 });

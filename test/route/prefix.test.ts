@@ -378,11 +378,11 @@ describe("PrefixIndex.sentSince: what competed with a prompt since its last use"
   });
 });
 
-describe("PrefixIndex.displaces: what a new prompt would push out of a full card that is worth keeping", () => {
+describe("PrefixIndex.displaces: what a new prompt would push out of a full card that one pooled cache would keep", () => {
   const system = { role: "system" as const, content: "s".repeat(2_000) };
   const oneShot = (i: number) => only(chat([{ role: "user", content: `${i}`.padEnd(4_000, "o") }]));
 
-  it("counts the oldest held entries a prompt overflows the budget by: a one-shot's own text only while it may get its next turn, a reused prefix always", () => {
+  it("counts the oldest held entries a prompt overflows the budget by, those used after the pooled cache's reach", () => {
     const idx = index();
     const first = only(chat([system, { role: "user", content: "first".padEnd(1_000, "q") }]));
     const second = only(chat([system, { role: "user", content: "second".padEnd(1_000, "q") }]));
@@ -392,32 +392,26 @@ describe("PrefixIndex.displaces: what a new prompt would push out of a full card
     const used = idx.replicaStats("gpu0").chars;
     idx.setBudget("gpu0", used); // full: every new character pushes one out
     const systemChars = chainChars(only(chat([system])));
-    const questions = chainChars(first) + chainChars(second) - 2 * systemChars;
+    const firstOwn = chainChars(first) - systemChars;
+    const questions = firstOwn + chainChars(second) - systemChars;
     const newcomer = only(chat([{ role: "user", content: "n".repeat(500) }]));
     // Oldest first (a prefix is never older than what extends it): the two questions, sent
-    // once at 1 and 2, then the system prompt they share. The questions are worth keeping
-    // while everything may be continued, not once nothing sent before 5 is expected back.
+    // at 1 and 2, then the system prompt they share (last used at 2).
     expect(idx.displaces("gpu0", questions, [newcomer])).toBe(questions);
-    expect(idx.displaces("gpu0", questions, [newcomer], 5)).toBe(0);
-    // The reused system prompt always is.
-    expect(idx.displaces("gpu0", questions + systemChars, [newcomer], 5)).toBe(systemChars);
+    expect(idx.displaces("gpu0", questions, [newcomer], 2)).toBe(0);
+    expect(idx.displaces("gpu0", questions + systemChars, [newcomer], 1)).toBe(questions - firstOwn + systemChars);
     // A budget that cuts through the first question: the card still holds the rest of it
     // (it was sent more than its budget), and that goes first.
     idx.setBudget("gpu0", used - 100);
     expect(idx.replicaStats("gpu0").heldChars).toBeLessThan(used - 100);
     expect(idx.displaces("gpu0", 50, [newcomer])).toBe(50);
-    expect(idx.displaces("gpu0", 50, [newcomer], 5)).toBe(0);
+    expect(idx.displaces("gpu0", 50, [newcomer], 1)).toBe(0);
     // With room to spare, or a KV that is not known, nothing.
     idx.setBudget("gpu0", used + questions);
     expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
     idx.setBudget("gpu0", undefined);
     expect(idx.displaces("gpu0", questions, [newcomer])).toBe(0);
     expect(idx.displaces("gpu1", questions, [newcomer])).toBe(0);
-    // Full again, but everything idle past the capacity window (300 s): nothing worth keeping.
-    idx.setBudget("gpu0", used);
-    expect(idx.displaces("gpu0", questions + systemChars, [newcomer])).toBe(questions + systemChars);
-    idx.advance(1_000_000);
-    expect(idx.displaces("gpu0", questions + systemChars, [newcomer])).toBe(0);
   });
 
   it("skips the request's own held prefix: it touches it, so it is not what goes", () => {
@@ -427,11 +421,38 @@ describe("PrefixIndex.displaces: what a new prompt would push out of a full card
     idx.record(oneShot(0), "gpu0", 2);
     idx.setBudget("gpu0", idx.replicaStats("gpu0").chars);
     const next = only(chat([system, { role: "user", content: "turn one".padEnd(3_000, "t") }, { role: "assistant", content: "a" }, { role: "user", content: "turn two" }]));
-    // Its own conversation is the oldest; what goes instead is the one-shot, sent once at 2.
-    expect(idx.displaces("gpu0", 1_000, [next], 3)).toBe(0);
-    expect(idx.displaces("gpu0", 1_000, [next])).toBe(1_000);
-    // Another prompt would push the conversation out: worth keeping.
-    expect(idx.displaces("gpu0", 1_000, [oneShot(9)], 3)).toBe(1_000);
+    // Its own conversation is the oldest; what goes instead is the one-shot, sent at 2.
+    expect(idx.displaces("gpu0", 1_000, [next], 2)).toBe(0);
+    expect(idx.displaces("gpu0", 1_000, [next], 1)).toBe(1_000);
+    // Another prompt would push the conversation out, used at 1.
+    expect(idx.displaces("gpu0", 1_000, [oneShot(9)], 1)).toBe(0);
+    expect(idx.displaces("gpu0", 1_000, [oneShot(9)], 0)).toBe(1_000);
+  });
+
+  it("pooledReach: one cache of every card's KV pushes out the fleet's oldest first, across cards", () => {
+    const idx = index();
+    const prompt = (label: string) => only(chat([{ role: "user", content: label.padEnd(4_000, "x") }]));
+    const each = chainChars(prompt("a0"));
+    ["a0", "a1"].forEach((p, i) => idx.record(prompt(p), "gpu0", 10 + i)); // gpu0: 10, 11
+    ["b0", "b1"].forEach((p, i) => idx.record(prompt(p), "gpu1", 20 + i)); // gpu1: 20, 21
+    const newcomer = only(chat([{ role: "user", content: "n".repeat(500) }]));
+    // Room somewhere in the pool: it reaches nothing, whatever one card would push out.
+    idx.setBudget("gpu0", 2 * each);
+    idx.setBudget("gpu1", 3 * each);
+    expect(idx.pooledReach(["gpu0", "gpu1"], each, [newcomer])).toBe(-Infinity);
+    expect(idx.displaces("gpu0", each, [newcomer], -Infinity)).toBe(each);
+    // Both full: the pool's oldest are gpu0's, then gpu1's.
+    idx.setBudget("gpu1", 2 * each);
+    expect(idx.pooledReach(["gpu0", "gpu1"], each, [newcomer])).toBe(10);
+    expect(idx.pooledReach(["gpu0", "gpu1"], 2 * each, [newcomer])).toBe(11);
+    expect(idx.pooledReach(["gpu0", "gpu1"], 3 * each, [newcomer])).toBe(20);
+    // So gpu0 loses nothing the pool keeps, gpu1 loses what it would push out.
+    const reach = idx.pooledReach(["gpu0", "gpu1"], each, [newcomer]);
+    expect(idx.displaces("gpu0", each, [newcomer], reach)).toBe(0);
+    expect(idx.displaces("gpu1", each, [newcomer], reach)).toBe(each);
+    // A card whose KV is not known: the pool's room is not known either.
+    idx.setBudget("gpu1", undefined);
+    expect(idx.pooledReach(["gpu0", "gpu1"], each, [newcomer])).toBe(-Infinity);
   });
 });
 

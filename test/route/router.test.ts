@@ -1,8 +1,8 @@
 /**
  * The router around the policy: what a decision expects of the cache (available, captured),
- * identity gaps only the index can close (a raw completions prompt extending an earlier
- * one), sessions, and commits taken back. What the engine delivered is judged in
- * evidence.test.ts.
+ * identity gaps only the index can close (a raw completions prompt, or a chat sent as one
+ * message, extending an earlier one), sessions, and commits taken back. What the engine
+ * delivered is judged in evidence.test.ts.
  */
 import { describe, expect, it } from "bun:test";
 import { chainChars } from "../../src/route/chain.ts";
@@ -46,6 +46,28 @@ describe("identity gaps the index closes", () => {
     send(r, completion(base), replicas);
     const other = `${words(5_000, "shared preamble")} question two, a different ending`;
     expect(send(r, completion(other), replicas)!.reason).toBe("spread");
+  });
+
+  it("a chat that sends its whole conversation as one message (flat) and extends one already served is a continuation, and pins", () => {
+    const r = router("hybrid-plain");
+    const replicas = fleet(2);
+    const flat = (content: string) => chat([{ role: "user", content }]);
+    const base = `${words(5_000, "agent transcript")}\nAssistant:`;
+    const first = send(r, flat(base), replicas)!;
+    send(r, flat("something unrelated"), replicas);
+    const next = send(r, flat(`${base} I will read the file.\nObservation: ${words(2_000, "file")}`), replicas)!;
+    expect(choice(next)).toEqual({ replica: first.replica, reason: "pin" });
+    expect(next.estimate.continuation).toBe(true);
+  });
+
+  it("a flat chat that shares only a prefix, or repeats an earlier one word for word, is no continuation", () => {
+    const r = router("hybrid-plain");
+    const replicas = fleet(2);
+    const flat = (content: string) => chat([{ role: "user", content }]);
+    send(r, flat(`${words(5_000, "shared preamble")} question one`), replicas);
+    expect(send(r, flat(`${words(5_000, "shared preamble")} question two, a different ending`), replicas)!.estimate.continuation).toBe(false);
+    const again = send(r, flat(`${words(5_000, "shared preamble")} question one`), replicas)!;
+    expect(again.estimate.continuation).toBe(false);
   });
 
   it("each prompt of a batch is its own chain: a batch member alone later finds its prefix", () => {

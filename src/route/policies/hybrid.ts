@@ -1,41 +1,13 @@
 /**
  * hybrid (default) — route by request shape; decide the cases in between by estimated time
- * to first token.
- *
- * The rule at heart is the one the project started from (measured on two RTX 3090s): a continuation goes to the replica holding its
- * conversation (pin), unless that card no longer keeps it between turns and another would
- * (room: see `room`), or its turns wait at that card's KV wall for longer than moving would
- * cost (wall: see `wall`); a cold one-shot is spread by the counter (spread), so a burst uses
- * every card. In between: a one-shot whose long prefix — a shared document, a long system
- * prompt: at least `min_gain_tokens` and `min_match_ratio` of its prompt — is held somewhere
- * goes there (cache); a request whose session key was served
- * somewhere and that nothing else claims goes to its session's replica (session). A cold
- * one-shot is spread over the cards with room for it in their KV when some have none — room
- * that it takes without pushing out prefix KV worth keeping (the card where it pushes out
- * least, when none has).
- *
- * Then every live replica is priced: estimated TTFT = (the prefill it waits for there + this
- * request's tokens not cached there + the prefix KV worth keeping — reused, or a
- * conversation's — they would push out of a full card, oldest first, which is prefilled again
- * later) ÷ that replica's measured prefill rate — where
- * what it waits for is priced as the engine schedules prefills (an engine that prefills
- * several requests at once shares its compute, so a short cached turn waits for only as
- * much of each other prefill as its own size: `prefillAhead`; on an engine with a fixed number
- * of slots, all taken, a document's holder is priced with the wait for a slot: what is left of
- * the generations ahead). The
- * rule's pick stands unless another replica is faster by more than `margin` of its estimate,
- * by `min_gain_tokens` of prefill, and — when the pick holds the request's prefix — by more
- * than prefilling that prefix again, since leaving copies it (cost): a hot card is relieved,
- * a conversation leaves its owner only when the owner's queue costs more than re-prefilling
- * it elsewhere, a hot document is copied only when its holder is far behind, and a burst
- * spreads even when it shares a prefix.
- *
- * What it learns from: Dynamo prices prefill load against overlap credit but has no notion
- * of a conversation or of a card's KV room; SGLang's gateway follows a match above a ratio,
- * else the smallest tree, with a load-count imbalance guard that ignores what the load
- * costs; llm-d spreads cold requests by a no-hit LRU. Here the guard is in seconds of
- * prefill, the cold spread is that rule's counter, and KV room decides cold placements only
- * when a card is actually full.
+ * to first token. A continuation goes to the replica holding its conversation (pin) unless
+ * that card no longer keeps it (room) or its turns wait at the card's KV wall for longer than
+ * moving costs (wall); a one-shot whose long prefix is held somewhere goes there (cache); a
+ * session key is a soft hint (session); anything else is spread by the counter (spread). A
+ * prefix every live card holds decides nothing. Then every live replica is priced in time to
+ * first token, and the rule's pick stands unless another is faster by `margin`,
+ * `min_gain_tokens` and the prefix it would copy (cost). The rules, their measurements and
+ * prior art: docs/routing.md#how-hybrid-decides-the-cost-model.
  */
 import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
 import { bestMatch, live, prefillAhead, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
@@ -53,19 +25,14 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       const missing = (r: ReplicaView) => Math.max(0, ctx.totalChars - (held.get(r.name) ?? 0));
       // Slot waits (an engine whose slots are all taken) price only a one-shot that a held
       // prefix pulls to a card (cache): it does not come back. A conversation's next turns
-      // follow it wherever it goes, so a move for one turn's wait is paid on every turn after
-      // — on Ollama two of three agents left a card busy with the third's first prefill and
-      // all three then queued on the other (warm turns 3.2 → 6.9 s, 2 runs); and a cold spread
-      // placed by its own wait piles onto the cards whose conversations' next turns queue
-      // behind it, where the counter keeps the cards' backlogs even. (The rule's choice among a
-      // document's several holders, made before, is by prefill alone; the pricing after it
-      // then moves the request off a holder whose slots are taken for too long.)
+      // follow it wherever it goes, so a move for one turn's wait is paid on every turn after;
+      // a cold spread placed by its own wait piles onto the cards whose conversations' next
+      // turns queue behind it, where the counter keeps the cards' backlogs even.
       const estimate = (r: ReplicaView, slotWait = false) => {
         const newChars = missing(r);
-        // Prefix KV worth keeping that this request would push out of a full card is
-        // prefilled again later: priced now, so a prefix is not copied onto a card that has no
-        // room for it. A one-shot's own text idle longer than conversations wait between turns
-        // is not worth keeping: a card full of it has room.
+        // What this request would push out of a full card that one cache of the fleet's KV
+        // would keep is prefilled again later: priced now, so a prefix is not copied onto a
+        // card that has no room for it while another card holds older, colder KV.
         const evicted = ctx.displaces(r.name, newChars);
         const work = (newChars + evicted) / r.charsPerToken;
         // On an engine whose slots are all taken (llama.cpp's, Ollama's one) it first waits for
@@ -81,11 +48,15 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
       const picked = up.find((r) => r.name === pick.replica)!;
       const pickCost = price(picked);
 
+      // Only to a card running no more requests than the pick: the price counts the prefills
+      // queued there, not the decodes running there, which share every engine step (vLLM
+      // schedules its running requests first in each step's token budget:
+      // vllm/v1/core/sched/scheduler.py `Scheduler.schedule`) and slow its prefills.
       let best = picked;
       let bestCost = pickCost;
       for (const r of up) {
         const cost = price(r);
-        if (cost < bestCost) {
+        if (cost < bestCost && r.inflight <= picked.inflight) {
           best = r;
           bestCost = cost;
         }
@@ -110,9 +81,14 @@ function rulePick(
   estimate: (r: ReplicaView) => number,
   missing: (r: ReplicaView) => number,
 ): Decision {
-  const owner = bestMatch(up, ctx);
+  // A prefix every live card holds (a preamble every request starts with) decides nothing:
+  // it is cached wherever the request goes. Only what some cards hold and others do not does.
+  const common = commonHeld(up, ctx);
+  const found = bestMatch(up, ctx);
+  const owner = found && found.match.chars > common ? found : undefined;
   if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? wall(owner.replica, up, ctx, estimate) ?? { replica: owner.replica.name, reason: "pin" };
-  const long = owner && owner.match.chars / owner.replica.charsPerToken >= o.min_gain_tokens && owner.match.chars / ctx.totalChars >= o.min_match_ratio;
+  const own = owner ? owner.match.chars - common : 0;
+  const long = owner && own / owner.replica.charsPerToken >= o.min_gain_tokens && own / ctx.totalChars >= o.min_match_ratio;
   if (owner && long) {
     // Held on several cards (a document served twice): the one that answers first.
     let choice = owner.replica;
@@ -125,6 +101,14 @@ function rulePick(
   const session = ctx.sessionReplica && up.find((r) => r.name === ctx.sessionReplica);
   if (session) return { replica: session.name, reason: "session" };
   return coldSpread(up, ctx, missing);
+}
+
+/** Characters of this request's prompt that every live card holds (0 when one holds none). */
+function commonHeld(up: readonly ReplicaView[], ctx: PolicyContext): number {
+  const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
+  let least = Infinity;
+  for (const r of up) least = Math.min(least, held.get(r.name) ?? 0);
+  return up.length > 1 && Number.isFinite(least) ? least : 0;
 }
 
 /**
@@ -159,9 +143,8 @@ function room(owner: ReplicaView, held: PrefixMatch, up: ReplicaView[], ctx: Pol
  * Conversations whose turns do not fit a card's KV together (its KV wall: llama.cpp's unified
  * KV turned requests away as full) take turns there: each turn waits for the others' whole
  * turns, on every turn to come, while another card may sit idle — on llama.cpp's `capacity`
- * workload two families took turns on one card (5.5–5.9 s a turn) for the last 56 s of a 95 s
- * run while the third's card, its family done, idled (perf/results/
- * bench-llamacpp-20261203T0911-detail.txt). Moving one costs its whole prefill once; staying
+ * workload two families took turns on one card while the third's card idled
+ * (docs/routing.md, `wall`). Moving one costs its whole prefill once; staying
  * costs a wait on each turn, and how many turns are to come is not known. So, as a ski rental
  * buys once the rent paid equals the price: a continuation that would wait at its owner's wall
  * moves once what requests have waited at that wall (within the capacity window, since it was
@@ -187,8 +170,8 @@ function wall(owner: ReplicaView, up: ReplicaView[], ctx: PolicyContext, estimat
 }
 
 /**
- * The counter over the cards with KV room for this prompt — where it pushes out nothing worth
- * keeping; when none has room, the card where it pushes out least, and of those the one sent
+ * The counter over the cards with KV room for this prompt — where it pushes out nothing one
+ * cache of the fleet's KV would keep; when none has room, the card where it pushes out least, and of those the one sent
  * least for its KV within the window (whose cache turns over slowest).
  */
 function coldSpread(up: ReplicaView[], ctx: PolicyContext, missing: (r: ReplicaView) => number): Decision {
