@@ -17,6 +17,9 @@
  * Keys (prefix `<namespace>:v<identity version>:`): `log` (stream), `snapshot` (binary),
  * `snapshot:meta` (JSON), `snapshot:lock`, `epoch` (says whether Redis lost its data),
  * `response:<id>` (owner, for a follow-up that outruns the event); channels `events`, `load`.
+ *
+ * What is learnt on its way to the stream is in ./outbox.ts, the Responses ids' owner keys in
+ * ./response-keys.ts.
  */
 import { RedisClient } from "bun";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -24,8 +27,10 @@ import type { Replica } from "../fleet/replica.ts";
 import { clip, type Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
-import { BATCH_FORMAT, BatchFormatError, BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
+import { BATCH_FORMAT, BatchFormatError, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
 import { mergeLoad, PeerTable } from "./load.ts";
+import { Outbox } from "./outbox.ts";
+import { ResponseKeys } from "./response-keys.ts";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
 
 export interface ClusterSettings {
@@ -55,27 +60,8 @@ const PEER_TTL_BEATS = 3;
 const STALL_MS = 2_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 const READ_COUNT = 1_000;
-/** Events kept while Redis is away, in encoded bytes; the oldest go first beyond it. */
-const MAX_BACKLOG_BYTES = 64 << 20;
-/**
- * Responses ids whose owner key is still to be written while Redis is away; the oldest go
- * first beyond it (their events still travel in the backlog, which is how the other
- * instances learn them when Redis is back: the key only serves a follow-up that outruns
- * its event). A key older than the index's TTL is not written at all.
- */
-const MAX_PENDING_RESPONSE_KEYS = 100_000;
-/** Sends not yet acknowledged; beyond it, batches wait in the backlog (a slow Redis). */
-const MAX_UNACKED = 256;
 /** Stream entries kept at most, whatever the snapshots trim (a safety bound on memory). */
 const MAX_STREAM_ENTRIES = 1_000_000;
-/**
- * Under steady traffic, events are written at most this often, in batches (the first after a
- * quiet spell goes at once). Each write wakes this instance, Redis and every other instance
- * about three times, so a shorter gap costs router CPU on every request
- * (docs/cluster.md#what-it-costs). A continuation cannot arrive sooner than its previous
- * turn's answer, which takes longer than this.
- */
-const FLUSH_GAP_MS = 20;
 /** Answers at least this slow write their decision's batch before the client sees their end. */
 const SETTLE_MS = 5;
 /** Load reports go out at most this often (plus every heartbeat). */
@@ -156,24 +142,8 @@ export class Cluster {
   private verifying = false;
   /** The id applied up to was found unusable: the next connect catches up from the snapshot. */
   private resync = false;
-  private readonly writer = new BatchWriter();
-  private flushScheduled = false;
-  private flushTimer?: ReturnType<typeof setTimeout>;
-  /** When the oldest event of the batch being gathered happened. */
-  private batchSince = 0;
-  private lastFlushAt = -Infinity;
-  /** Encoded batches not yet sent (Redis away or slow), oldest first, with their event counts. */
-  private outbox: { payload: string; events: number }[] = [];
-  private outboxBytes = 0;
-  /** Sent and not acknowledged yet, oldest first, with when they were sent (the heartbeat watches their age). */
-  private readonly unacked = new Map<number, { payload: string; events: number; sentAt?: number }>();
   /** Published batches that arrive while the stream is being read (catching up): applied after it. */
   private live?: string[];
-  private sendSeq = 0;
-  /** Responses ids' owner keys not yet written (Redis away), oldest first, with when each was learnt. */
-  private responseKeys: { id: string; replica: string; at: number }[] = [];
-  /** Lookups of a Responses API id waiting for its event to come through the stream. */
-  private readonly responseWaiters = new Map<string, Set<() => void>>();
   private loadScheduled = false;
   private lastLoadAt = -Infinity;
   private lastOwnEcho = 0;
@@ -181,6 +151,8 @@ export class Cluster {
   private warnedConnecting = false;
   private wantSnapshot = false;
 
+  private readonly outbox: Outbox;
+  private readonly responses: ResponseKeys;
   private readonly peers: PeerTable;
   private readonly keys: { log: string; snapshot: string; meta: string; lock: string; epoch: string; response: (id: string) => string; load: string; events: string };
   private readonly heartbeatMs: number;
@@ -206,6 +178,8 @@ export class Cluster {
     this.heartbeatMs = settings.heartbeatMs ?? 1_000;
     this.snapshotMs = settings.snapshotMs ?? 30_000;
     this.peers = new PeerTable(this.incarnation, this.heartbeatMs * PEER_TTL_BEATS);
+    this.outbox = new Outbox(this.now, this.counts, () => this.drainOutbox());
+    this.responses = new ResponseKeys(settings.responseTtlMs);
     const p = `${settings.namespace}:v${IDENTITY_VERSION}:`;
     this.keys = {
       log: `${p}log`,
@@ -227,13 +201,7 @@ export class Cluster {
     forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
     response: (id, replica) => {
       this.emit({ kind: "response", at: this.now(), replica, id });
-      const at = this.now();
-      this.responseKeys.push({ id, replica, at });
-      if (this.responseKeys.length > MAX_PENDING_RESPONSE_KEYS) {
-        // Past the bound, the expired go, else the oldest tenth: one splice now and then, not a shift per request.
-        const live = this.responseKeys.findIndex((k) => at - k.at < this.settings.responseTtlMs);
-        this.responseKeys.splice(0, Math.max(live === -1 ? this.responseKeys.length : live, MAX_PENDING_RESPONSE_KEYS / 10));
-      }
+      this.responses.learnt(id, replica, this.now());
     },
     retract: (chains, replica, tag, created) => this.emit({ kind: "retract", at: this.now(), replica, commit: tag, chains, created }),
   };
@@ -277,14 +245,11 @@ export class Cluster {
   async stop(): Promise<void> {
     if (this.stopped) return;
     for (const t of this.timers) clearInterval(t);
-    if (this.flushTimer) clearTimeout(this.flushTimer);
-    this.flushScheduled = true;
-    this.flush();
+    this.outbox.flushNow();
     const s = this.session;
     if (s && !s.dead && this.state === "up") {
       this.drainOutbox();
-      const acked = Promise.all([...this.pendingAcks]);
-      await withTimeout(acked, 1_000).catch(() => {});
+      await withTimeout(this.outbox.acked(), 1_000).catch(() => {});
       await withTimeout(s.cmd.publish(this.keys.load, JSON.stringify(this.loadMessage(true))), 500).catch(() => {});
     }
     this.stopped = true;
@@ -330,9 +295,8 @@ export class Cluster {
    */
   answered(committedAt: number): void {
     this.loadChanged();
-    if (!this.flushScheduled || this.batchSince > committedAt || this.now() - committedAt < SETTLE_MS) return;
-    if (this.flushTimer) clearTimeout(this.flushTimer);
-    this.flush();
+    if (!this.outbox.holds(committedAt) || this.now() - committedAt < SETTLE_MS) return;
+    this.outbox.flushNow();
   }
 
   /**
@@ -358,30 +322,13 @@ export class Cluster {
       const owner = await ask(LOOKUP_TIMEOUT_MS);
       if (owner) return owner;
       const left = () => LOOKUP_TIMEOUT_MS - (this.now() - started);
-      await this.responseEvent(id, left());
+      await this.responses.wait(id, left());
       // The last look: what is left of the bound, but a Redis round trip at least.
       return this.deps.router.responseOwner(id) ?? (await ask(Math.max(LAST_LOOK_MS, left())));
     } catch {
       // Slow or away: route as if it were unknown.
     }
     return undefined;
-  }
-
-  /** Resolves when the stream brings `id`'s response event, or after `ms`. */
-  private responseEvent(id: string, ms: number): Promise<void> {
-    if (ms <= 0) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      let waiters = this.responseWaiters.get(id);
-      if (!waiters) this.responseWaiters.set(id, (waiters = new Set()));
-      const wake = () => {
-        clearTimeout(timer);
-        waiters!.delete(wake);
-        if (waiters!.size === 0 && this.responseWaiters.get(id) === waiters) this.responseWaiters.delete(id);
-        resolve();
-      };
-      const timer = setTimeout(wake, ms);
-      waiters.add(wake);
-    });
   }
 
   status(now: number = this.now()): ClusterStatus {
@@ -450,16 +397,13 @@ export class Cluster {
     return 1 + this.peers.list(now).length;
   }
 
-  /** Responses ids' owner keys waiting for Redis (bounded by MAX_PENDING_RESPONSE_KEYS). */
+  /** Responses ids' owner keys waiting for Redis (bounded: ./response-keys.ts). */
   get pendingResponseKeys(): number {
-    return this.responseKeys.length;
+    return this.responses.size;
   }
 
   backlogEvents(): number {
-    let n = this.writer.events;
-    for (const b of this.outbox) n += b.events;
-    for (const b of this.unacked.values()) n += b.events;
-    return n;
+    return this.outbox.events();
   }
 
   // --- connection -------------------------------------------------------------------------
@@ -579,13 +523,7 @@ export class Cluster {
       }
     }
     if (this.session === s) this.session = undefined;
-    // Whatever was sent but not acknowledged goes back to the front of the backlog.
-    if (this.unacked.size > 0) {
-      const back = [...this.unacked.values()];
-      this.unacked.clear();
-      this.outbox = [...back, ...this.outbox];
-      this.outboxBytes += back.reduce((a, b) => a + b.payload.length, 0);
-    }
+    this.outbox.requeue();
   }
 
   private markDown(reason: string): void {
@@ -750,29 +688,21 @@ export class Cluster {
       case "forget-used-by":
         router.index.forgetUsedBy(event.replica, local(event.usedBy));
         break;
-      case "response": {
+      case "response":
         router.rememberResponse(event.id, event.replica, false);
-        const waiters = this.responseWaiters.get(event.id);
-        this.responseWaiters.delete(event.id);
-        for (const wake of waiters ?? []) wake();
+        this.responses.arrived(event.id);
         break;
-      }
       case "retract":
         router.applyRetract(event.chains, event.replica, event.commit, event.created);
         break;
     }
   }
 
-  /**
-   * Events go out at once when this instance has been quiet, else together at the end of a
-   * short gap: under steady traffic one write carries many decisions, which is most of what
-   * sharing costs in CPU. A Responses id always goes at once: its follow-up may come at once.
-   */
+  /** An event learnt here goes to the outbox, to be written to the stream after the decision. */
   private emit(event: ClusterEvent): void {
     if (this.stopped) return;
-    const first = this.writer.empty;
     try {
-      this.writer.add(event);
+      this.outbox.add(event);
     } catch (error) {
       // Sharing must never fail the request it learned from (this runs inside Router.commit):
       // the event is left out whole (the writer took it back), counted, and the first logged.
@@ -781,70 +711,20 @@ export class Cluster {
         this.firstEncodeError = describe(error);
         this.deps.log.warn("cluster: an event could not be encoded; it is not shared (counted in /status)", { kind: event.kind, replica: event.replica, error: this.firstEncodeError });
       }
-      return;
     }
-    if (first) this.batchSince = event.at;
-    if (event.kind === "response") {
-      if (this.flushTimer) clearTimeout(this.flushTimer);
-      this.flushTimer = undefined;
-      this.flushScheduled = true;
-      setImmediate(() => this.flush());
-      return;
-    }
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    const wait = this.lastFlushAt + FLUSH_GAP_MS - this.now();
-    if (wait <= 0) setImmediate(() => this.flush());
-    else this.flushTimer = setTimeout(() => this.flush(), wait);
   }
 
-  private flush(): void {
-    if (!this.flushScheduled) return;
-    this.flushScheduled = false;
-    this.flushTimer = undefined;
-    this.lastFlushAt = this.now();
-    if (!this.writer.empty) {
-      const events = this.writer.events;
-      const bytes = this.writer.take(this.now());
-      const payload = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-      this.outbox.push({ payload, events });
-      this.outboxBytes += payload.length;
-      while (this.outboxBytes > MAX_BACKLOG_BYTES && this.outbox.length > 1) {
-        const dropped = this.outbox.shift()!;
-        this.outboxBytes -= dropped.payload.length;
-        this.counts.dropped += dropped.events;
-      }
-    }
-    this.drainOutbox();
-  }
-
-  private readonly pendingAcks = new Set<Promise<unknown>>();
-
+  /** Redis up: the outbox's batches go to the stream, and the Responses ids' owner keys are written. */
   private drainOutbox(): void {
     const s = this.session;
     if (!s || s.dead || this.state !== "up") return;
-    while (this.outbox.length > 0 && this.unacked.size < MAX_UNACKED) {
-      const batch = this.outbox.shift()!;
-      this.outboxBytes -= batch.payload.length;
-      const seq = this.sendSeq++;
-      this.unacked.set(seq, { ...batch, sentAt: this.now() });
-      const sent = s.cmd.send("EVAL", [APPEND_AND_PUBLISH, "1", this.keys.log, this.keys.events, String(MAX_STREAM_ENTRIES), this.incarnation, batch.payload]).then(
-        () => {
-          if (this.unacked.delete(seq)) this.counts.sent += batch.events;
-          this.drainOutbox();
-        },
-        (error) => s.fail(`stream write: ${describe(error)}`),
-      );
-      this.pendingAcks.add(sent);
-      void sent.finally(() => this.pendingAcks.delete(sent));
-    }
-    const now = this.now();
-    for (const { id, replica, at } of this.responseKeys.splice(0)) {
-      // The key lives as long as the index remembers the id, counted from when it was learnt.
-      const ttl = this.settings.responseTtlMs - (now - at);
-      if (ttl <= 0) continue;
-      s.cmd.send("SET", [this.keys.response(id), replica, "PX", String(Math.max(1_000, ttl))]).catch(() => {});
-    }
+    this.outbox.send(
+      (payload) => s.cmd.send("EVAL", [APPEND_AND_PUBLISH, "1", this.keys.log, this.keys.events, String(MAX_STREAM_ENTRIES), this.incarnation, payload]),
+      (error) => s.fail(`stream write: ${describe(error)}`),
+    );
+    this.responses.take(this.now(), (id, replica, ttlMs) => {
+      s.cmd.send("SET", [this.keys.response(id), replica, "PX", String(ttlMs)]).catch(() => {});
+    });
   }
 
   // --- load and heartbeats ----------------------------------------------------------------
@@ -923,7 +803,7 @@ export class Cluster {
     // Our own heartbeats come back on the subscription; when they stop, it is dead. A write
     // unanswered for long: Redis is hung or cut off (no reset ever comes).
     if (now - this.lastOwnEcho > this.heartbeatMs * PEER_TTL_BEATS) return s.fail("no heartbeat came back on the subscription");
-    const oldest = this.unacked.values().next().value?.sentAt;
+    const oldest = this.outbox.oldestSentAt();
     if (oldest !== undefined && now - oldest > STALL_MS) return s.fail(`a stream write was not answered within ${STALL_MS} ms`);
     this.publishLoad();
   }
