@@ -17,6 +17,11 @@
  * Keys (prefix `<namespace>:v<identity version>:`): `log` (stream), `snapshot` (binary),
  * `snapshot:meta` (JSON), `snapshot:lock`, `epoch` (says whether Redis lost its data),
  * `response:<id>` (owner, for a follow-up that outruns the event); channels `events`, `load`.
+ *
+ * `Cluster` keeps each concern's state in a room of its own: what is learnt on its way to the
+ * stream (./outbox.ts), the Responses ids' owner keys (./response-keys.ts), and below the
+ * connection (`Link`), its place in the stream (`StreamPlace`), its own load reports
+ * (`LoadReports`), the other instances (`Peers`) and the snapshot's schedule (`SnapshotSchedule`).
  */
 import { RedisClient } from "bun";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -24,8 +29,10 @@ import type { Replica } from "../fleet/replica.ts";
 import { clip, type Log } from "../log.ts";
 import { IDENTITY_VERSION } from "../route/chain.ts";
 import type { FleetView, Router, RouterSink } from "../route/router.ts";
-import { BATCH_FORMAT, BatchFormatError, BatchWriter, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
+import { BATCH_FORMAT, BatchFormatError, decodeBatch, decodeLoad, type ClusterEvent, type LoadMessage, type ReplicaLoad } from "./codec.ts";
 import { mergeLoad, PeerTable } from "./load.ts";
+import { Outbox } from "./outbox.ts";
+import { ResponseKeys } from "./response-keys.ts";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
 
 export interface ClusterSettings {
@@ -55,27 +62,8 @@ const PEER_TTL_BEATS = 3;
 const STALL_MS = 2_000;
 const CONNECT_TIMEOUT_MS = 2_000;
 const READ_COUNT = 1_000;
-/** Events kept while Redis is away, in encoded bytes; the oldest go first beyond it. */
-const MAX_BACKLOG_BYTES = 64 << 20;
-/**
- * Responses ids whose owner key is still to be written while Redis is away; the oldest go
- * first beyond it (their events still travel in the backlog, which is how the other
- * instances learn them when Redis is back: the key only serves a follow-up that outruns
- * its event). A key older than the index's TTL is not written at all.
- */
-const MAX_PENDING_RESPONSE_KEYS = 100_000;
-/** Sends not yet acknowledged; beyond it, batches wait in the backlog (a slow Redis). */
-const MAX_UNACKED = 256;
 /** Stream entries kept at most, whatever the snapshots trim (a safety bound on memory). */
 const MAX_STREAM_ENTRIES = 1_000_000;
-/**
- * Under steady traffic, events are written at most this often, in batches (the first after a
- * quiet spell goes at once). Each write wakes this instance, Redis and every other instance
- * about three times, so a shorter gap costs router CPU on every request
- * (docs/cluster.md#what-it-costs). A continuation cannot arrive sooner than its previous
- * turn's answer, which takes longer than this.
- */
-const FLUSH_GAP_MS = 20;
 /** Answers at least this slow write their decision's batch before the client sees their end. */
 const SETTLE_MS = 5;
 /** Load reports go out at most this often (plus every heartbeat). */
@@ -100,6 +88,76 @@ interface Session {
   dead: boolean;
   failed: Promise<string>;
   fail(reason: string): void;
+}
+
+/** The connection to Redis: its state and since when, the last error, the live session, the reconnect loop and the periodic timers. */
+class Link {
+  state: ClusterState = "connecting";
+  since: number;
+  lastError: string | null = null;
+  stopped = false;
+  session?: Session;
+  loop?: Promise<void>;
+  timers: ReturnType<typeof setInterval>[] = [];
+  /** Ends the wait before the next reconnect (stopping). */
+  wake?: () => void;
+  warnedConnecting = false;
+
+  constructor(now: number) {
+    this.since = now;
+  }
+
+  /** The session, while Redis is up and the session alive. */
+  up(): Session | undefined {
+    const s = this.session;
+    return s && !s.dead && this.state === "up" ? s : undefined;
+  }
+}
+
+/** Where this instance stands in the shared stream: the id applied up to and the lag, Redis's epoch and clock, ids in doubt, the batches held while the stream is read. */
+class StreamPlace {
+  /** Redis's data as last seen (`epoch` key): another value says Redis lost its data. */
+  epoch?: string;
+  /** The stream id applied up to: only ever one Redis gave (see Cluster.applyEntry). */
+  lastId = "0-0";
+  /** Redis's clock minus this one's (ms), measured at connect; undefined if Redis would not say. */
+  redisOffset?: number;
+  /** Published ids too far ahead to take on trust, until the stream says whether it holds them. */
+  readonly doubted = new Set<string>();
+  verifying = false;
+  /** The id applied up to was found unusable: the next connect catches up from the snapshot. */
+  resync = false;
+  /** Published batches that arrive while the stream is being read (catching up): applied after it. */
+  live?: string[];
+  /** How old the newest event from another instance was when it was applied (ms). */
+  lagMs = 0;
+}
+
+/** This instance's own load reports: whether one is due, when the last went out, and when the last came back on the subscription. */
+class LoadReports {
+  scheduled = false;
+  lastAt = -Infinity;
+  lastEcho = 0;
+}
+
+/** The other instances: their load, and those to warn about (one with this instance's name, one of another llmroute version). */
+class Peers {
+  /** Names another instance also reports (each warned once). */
+  readonly sameName = new Set<string>();
+  /** Instances (by incarnation) that write another batch format, while they report. */
+  readonly otherVersions = new Map<string, { name: string; format: number; seenAt: number }>();
+
+  constructor(readonly table: PeerTable) {}
+}
+
+/** The snapshot's schedule: how often one is tried, whether one is being taken or wanted at once, and the last taken or restored. */
+class SnapshotSchedule {
+  taking = false;
+  /** Redis came back empty: a full snapshot is owed, taken on connecting until one is written. */
+  wanted = false;
+  info: { at: number; by: string; bytes: number } | null = null;
+
+  constructor(readonly everyMs: number) {}
 }
 
 export interface InstanceStatus {
@@ -137,75 +195,33 @@ export interface ClusterStatus {
 
 export class Cluster {
   readonly incarnation = crypto.randomUUID().slice(0, 8);
-  state: ClusterState = "connecting";
-  private since: number;
-  private lastError: string | null = null;
-  private stopped = false;
-  private session?: Session;
-  private loop?: Promise<void>;
-  private timers: ReturnType<typeof setInterval>[] = [];
-  private wake?: () => void;
-
-  private epoch?: string;
-  /** The stream id applied up to: only ever one Redis gave (see applyEntry). */
-  private lastId = "0-0";
-  /** Redis's clock minus this one's (ms), measured at connect; undefined if Redis would not say. */
-  private redisOffset?: number;
-  /** Published ids too far ahead to take on trust, until the stream says whether it holds them. */
-  private readonly doubted = new Set<string>();
-  private verifying = false;
-  /** The id applied up to was found unusable: the next connect catches up from the snapshot. */
-  private resync = false;
-  private readonly writer = new BatchWriter();
-  private flushScheduled = false;
-  private flushTimer?: ReturnType<typeof setTimeout>;
-  /** When the oldest event of the batch being gathered happened. */
-  private batchSince = 0;
-  private lastFlushAt = -Infinity;
-  /** Encoded batches not yet sent (Redis away or slow), oldest first, with their event counts. */
-  private outbox: { payload: string; events: number }[] = [];
-  private outboxBytes = 0;
-  /** Sent and not acknowledged yet, oldest first, with when they were sent (the heartbeat watches their age). */
-  private readonly unacked = new Map<number, { payload: string; events: number; sentAt?: number }>();
-  /** Published batches that arrive while the stream is being read (catching up): applied after it. */
-  private live?: string[];
-  private sendSeq = 0;
-  /** Responses ids' owner keys not yet written (Redis away), oldest first, with when each was learnt. */
-  private responseKeys: { id: string; replica: string; at: number }[] = [];
-  /** Lookups of a Responses API id waiting for its event to come through the stream. */
-  private readonly responseWaiters = new Map<string, Set<() => void>>();
-  private loadScheduled = false;
-  private lastLoadAt = -Infinity;
-  private lastOwnEcho = 0;
-  private snapshotting = false;
-  private warnedConnecting = false;
-  private wantSnapshot = false;
-
-  private readonly peers: PeerTable;
-  private readonly keys: { log: string; snapshot: string; meta: string; lock: string; epoch: string; response: (id: string) => string; load: string; events: string };
-  private readonly heartbeatMs: number;
-  private readonly snapshotMs: number;
-  private readonly now: () => number;
-  private readonly warnedNames = new Set<string>();
-  /** Instances (by incarnation) that write another batch format, while they report. */
-  private readonly otherVersions = new Map<string, { name: string; format: number; seenAt: number }>();
-  private firstEncodeError?: string;
-
-  lagMs = 0;
   readonly counts = { sent: 0, applied: 0, dropped: 0, malformed: 0, other_version: 0, unencodable: 0, disconnects: 0 };
-  snapshotInfo: { at: number; by: string; bytes: number } | null = null;
   catchUp: { ms: number; restoredEntries: number; replayedEvents: number; complete: boolean } | null = null;
   private caughtUp?: () => void;
+  private firstEncodeError?: string;
+
+  private readonly link: Link;
+  private readonly place = new StreamPlace();
+  private readonly outbox: Outbox;
+  private readonly responses: ResponseKeys;
+  private readonly reports = new LoadReports();
+  private readonly peers: Peers;
+  private readonly snapshots: SnapshotSchedule;
+  private readonly keys: { log: string; snapshot: string; meta: string; lock: string; epoch: string; response: (id: string) => string; load: string; events: string };
+  private readonly heartbeatMs: number;
+  private readonly now: () => number;
 
   constructor(
     readonly settings: ClusterSettings,
     private readonly deps: ClusterDeps,
   ) {
     this.now = deps.now ?? Date.now;
-    this.since = this.now();
+    this.link = new Link(this.now());
     this.heartbeatMs = settings.heartbeatMs ?? 1_000;
-    this.snapshotMs = settings.snapshotMs ?? 30_000;
-    this.peers = new PeerTable(this.incarnation, this.heartbeatMs * PEER_TTL_BEATS);
+    this.snapshots = new SnapshotSchedule(settings.snapshotMs ?? 30_000);
+    this.peers = new Peers(new PeerTable(this.incarnation, this.heartbeatMs * PEER_TTL_BEATS));
+    this.outbox = new Outbox(this.now, this.counts, () => this.drainOutbox());
+    this.responses = new ResponseKeys(settings.responseTtlMs);
     const p = `${settings.namespace}:v${IDENTITY_VERSION}:`;
     this.keys = {
       log: `${p}log`,
@@ -219,6 +235,21 @@ export class Cluster {
     };
   }
 
+  /** Redis reachable ("up"), being reached, away, or this instance stopped. */
+  get state(): ClusterState {
+    return this.link.state;
+  }
+
+  /** How old the newest event from another instance was when this instance applied it (ms). */
+  get lagMs(): number {
+    return this.place.lagMs;
+  }
+
+  /** The last snapshot this instance took or restored. */
+  get snapshotInfo(): { at: number; by: string; bytes: number } | null {
+    return this.snapshots.info;
+  }
+
   /** Where the router's learning goes: batched into the stream after the decision. */
   readonly sink: RouterSink = {
     commit: (chains, replica, at, tag, continued, session) =>
@@ -227,13 +258,7 @@ export class Cluster {
     forgetUsedBy: (replica, usedBy) => this.emit({ kind: "forget-used-by", at: this.now(), replica, usedBy }),
     response: (id, replica) => {
       this.emit({ kind: "response", at: this.now(), replica, id });
-      const at = this.now();
-      this.responseKeys.push({ id, replica, at });
-      if (this.responseKeys.length > MAX_PENDING_RESPONSE_KEYS) {
-        // Past the bound, the expired go, else the oldest tenth: one splice now and then, not a shift per request.
-        const live = this.responseKeys.findIndex((k) => at - k.at < this.settings.responseTtlMs);
-        this.responseKeys.splice(0, Math.max(live === -1 ? this.responseKeys.length : live, MAX_PENDING_RESPONSE_KEYS / 10));
-      }
+      this.responses.learnt(id, replica, this.now());
     },
     retract: (chains, replica, tag, created) => this.emit({ kind: "retract", at: this.now(), replica, commit: tag, chains, created }),
   };
@@ -258,7 +283,7 @@ export class Cluster {
     // requests to the same replica: each starts its spread counter somewhere else.
     this.deps.router.counter += Math.floor(Math.random() * 0x10000);
     const ready = new Promise<void>((resolve) => (this.caughtUp = resolve));
-    this.loop = this.run();
+    this.link.loop = this.run();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const inTime = await Promise.race([ready.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), this.settings.catchUpTimeoutMs)))]);
     clearTimeout(timer);
@@ -267,31 +292,28 @@ export class Cluster {
       this.deps.log.warn("cluster: not caught up within catch_up_timeout; serving on this instance's view while it catches up", {
         redis: this.where,
         timeout_ms: this.settings.catchUpTimeoutMs,
-        error: this.lastError ?? undefined,
+        error: this.link.lastError ?? undefined,
       });
     }
-    this.timers = [setInterval(() => this.heartbeat(), this.heartbeatMs), setInterval(() => void this.maybeSnapshot(), this.snapshotMs)];
+    this.link.timers = [setInterval(() => this.heartbeat(), this.heartbeatMs), setInterval(() => void this.maybeSnapshot(), this.snapshots.everyMs)];
   }
 
   /** Send what is pending (briefly), say goodbye so the others drop this instance's load, disconnect. */
   async stop(): Promise<void> {
-    if (this.stopped) return;
-    for (const t of this.timers) clearInterval(t);
-    if (this.flushTimer) clearTimeout(this.flushTimer);
-    this.flushScheduled = true;
-    this.flush();
-    const s = this.session;
-    if (s && !s.dead && this.state === "up") {
+    if (this.link.stopped) return;
+    for (const t of this.link.timers) clearInterval(t);
+    this.outbox.flushNow();
+    const s = this.link.session;
+    if (s && !s.dead && this.link.state === "up") {
       this.drainOutbox();
-      const acked = Promise.all([...this.pendingAcks]);
-      await withTimeout(acked, 1_000).catch(() => {});
+      await withTimeout(this.outbox.acked(), 1_000).catch(() => {});
       await withTimeout(s.cmd.publish(this.keys.load, JSON.stringify(this.loadMessage(true))), 500).catch(() => {});
     }
-    this.stopped = true;
-    this.state = "stopped";
+    this.link.stopped = true;
+    this.link.state = "stopped";
     s?.fail("stopped");
-    this.wake?.();
-    await this.loop;
+    this.link.wake?.();
+    await this.link.loop;
   }
 
   /** A replica's view with the other instances' in-flight requests and queued prefill added. */
@@ -300,7 +322,7 @@ export class Cluster {
     return mergeLoad(
       view,
       { queuedTokens: replica.prefill.queuedTokens, pending: replica.prefill.size, engineWaiting: replica.engineWaiting, rateMeasured: measured(replica) },
-      this.peers.remote(replica.name, this.now()),
+      this.peers.table.remote(replica.name, this.now()),
     );
   }
 
@@ -311,13 +333,13 @@ export class Cluster {
    * the decision itself, and a prefill queue changes on the scale of the prefill.
    */
   loadChanged(): void {
-    if (this.loadScheduled || this.state !== "up") return;
-    this.loadScheduled = true;
+    if (this.reports.scheduled || this.link.state !== "up") return;
+    this.reports.scheduled = true;
     const publish = () => {
-      this.loadScheduled = false;
+      this.reports.scheduled = false;
       this.publishLoad();
     };
-    const wait = this.lastLoadAt + LOAD_GAP_MS - this.now();
+    const wait = this.reports.lastAt + LOAD_GAP_MS - this.now();
     if (wait <= 0) setImmediate(publish);
     else setTimeout(publish, wait);
   }
@@ -330,9 +352,8 @@ export class Cluster {
    */
   answered(committedAt: number): void {
     this.loadChanged();
-    if (!this.flushScheduled || this.batchSince > committedAt || this.now() - committedAt < SETTLE_MS) return;
-    if (this.flushTimer) clearTimeout(this.flushTimer);
-    this.flush();
+    if (!this.outbox.holds(committedAt) || this.now() - committedAt < SETTLE_MS) return;
+    this.outbox.flushNow();
   }
 
   /**
@@ -345,8 +366,8 @@ export class Cluster {
    * (written before the key), then asks once more.
    */
   async responseOwner(id: string): Promise<string | undefined> {
-    const s = this.session;
-    if (!s || s.dead || this.state !== "up") return undefined;
+    const s = this.link.up();
+    if (!s) return undefined;
     const started = this.now();
     const ask = async (ms: number): Promise<string | undefined> => {
       const owner = await withTimeout(s.cmd.get(this.keys.response(id)), ms);
@@ -358,7 +379,7 @@ export class Cluster {
       const owner = await ask(LOOKUP_TIMEOUT_MS);
       if (owner) return owner;
       const left = () => LOOKUP_TIMEOUT_MS - (this.now() - started);
-      await this.responseEvent(id, left());
+      await this.responses.wait(id, left());
       // The last look: what is left of the bound, but a Redis round trip at least.
       return this.deps.router.responseOwner(id) ?? (await ask(Math.max(LAST_LOOK_MS, left())));
     } catch {
@@ -367,32 +388,15 @@ export class Cluster {
     return undefined;
   }
 
-  /** Resolves when the stream brings `id`'s response event, or after `ms`. */
-  private responseEvent(id: string, ms: number): Promise<void> {
-    if (ms <= 0) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      let waiters = this.responseWaiters.get(id);
-      if (!waiters) this.responseWaiters.set(id, (waiters = new Set()));
-      const wake = () => {
-        clearTimeout(timer);
-        waiters!.delete(wake);
-        if (waiters!.size === 0 && this.responseWaiters.get(id) === waiters) this.responseWaiters.delete(id);
-        resolve();
-      };
-      const timer = setTimeout(wake, ms);
-      waiters.add(wake);
-    });
-  }
-
   status(now: number = this.now()): ClusterStatus {
     const self: InstanceStatus = {
       name: this.settings.name,
       self: true,
       last_heartbeat_ms: 0,
-      lag_ms: Math.round(this.lagMs * 10) / 10,
+      lag_ms: Math.round(this.place.lagMs * 10) / 10,
       inflight: this.deps.fleet.replicas.reduce((a, r) => a + r.inflight, 0),
     };
-    const peers = this.peers.list(now).map(
+    const peers = this.peers.table.list(now).map(
       (p): InstanceStatus => ({
         name: p.name,
         self: false,
@@ -402,14 +406,14 @@ export class Cluster {
       }),
     );
     const warnings: string[] = [];
-    if (this.state !== "up") {
+    if (this.link.state !== "up") {
       warnings.push(
-        `Redis ${this.where} unreachable since ${new Date(this.since).toISOString()}${this.lastError ? ` (${this.lastError})` : ""}: routing on this instance's own view; ${plural(this.backlogEvents(), "event")} waiting to be shared`,
+        `Redis ${this.where} unreachable since ${new Date(this.link.since).toISOString()}${this.link.lastError ? ` (${this.link.lastError})` : ""}: routing on this instance's own view; ${plural(this.backlogEvents(), "event")} waiting to be shared`,
       );
     }
     if (this.counts.dropped > 0) warnings.push(`${plural(this.counts.dropped, "event")} dropped while Redis was away (backlog full): instances may disagree until they re-learn`);
-    for (const name of this.warnedNames) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
-    for (const o of this.otherVersions.values()) {
+    for (const name of this.peers.sameName) warnings.push(`another instance is also named "${name}": give each instance its own cluster.name`);
+    for (const o of this.peers.otherVersions.values()) {
       warnings.push(
         `instance ${o.name} runs another llmroute version (events in format ${o.format}, this one's in ${BATCH_FORMAT}): neither reads the other's routing knowledge; run one version on every instance`,
       );
@@ -421,12 +425,12 @@ export class Cluster {
       name: this.settings.name,
       redis: this.where,
       namespace: this.settings.namespace,
-      state: this.state,
-      since: new Date(this.since).toISOString(),
-      last_error: this.lastError,
+      state: this.link.state,
+      since: new Date(this.link.since).toISOString(),
+      last_error: this.link.lastError,
       instances: [self, ...peers.sort((a, b) => a.name.localeCompare(b.name))],
       lag_ms: self.lag_ms,
-      applied_id: this.lastId,
+      applied_id: this.place.lastId,
       backlog_events: this.backlogEvents(),
       events: {
         sent: this.counts.sent,
@@ -437,7 +441,7 @@ export class Cluster {
         unencodable: this.counts.unencodable,
       },
       disconnects: this.counts.disconnects,
-      snapshot: this.snapshotInfo ? { at: new Date(this.snapshotInfo.at).toISOString(), by: this.snapshotInfo.by, bytes: this.snapshotInfo.bytes } : null,
+      snapshot: this.snapshots.info ? { at: new Date(this.snapshots.info.at).toISOString(), by: this.snapshots.info.by, bytes: this.snapshots.info.bytes } : null,
       catch_up: this.catchUp
         ? { ms: this.catchUp.ms, restored_entries: this.catchUp.restoredEntries, replayed_events: this.catchUp.replayedEvents, complete: this.catchUp.complete }
         : null,
@@ -447,26 +451,23 @@ export class Cluster {
 
   /** Instances seen alive, this one included. */
   instanceCount(now: number = this.now()): number {
-    return 1 + this.peers.list(now).length;
+    return 1 + this.peers.table.list(now).length;
   }
 
-  /** Responses ids' owner keys waiting for Redis (bounded by MAX_PENDING_RESPONSE_KEYS). */
+  /** Responses ids' owner keys waiting for Redis (bounded: ./response-keys.ts). */
   get pendingResponseKeys(): number {
-    return this.responseKeys.length;
+    return this.responses.size;
   }
 
   backlogEvents(): number {
-    let n = this.writer.events;
-    for (const b of this.outbox) n += b.events;
-    for (const b of this.unacked.values()) n += b.events;
-    return n;
+    return this.outbox.events();
   }
 
   // --- connection -------------------------------------------------------------------------
 
   private async run(): Promise<void> {
     let backoff = 100;
-    while (!this.stopped) {
+    while (!this.link.stopped) {
       let session: Session | undefined;
       let reason: string;
       try {
@@ -477,11 +478,11 @@ export class Cluster {
         reason = describe(error);
       }
       if (session) this.close(session);
-      if (this.stopped) return;
+      if (this.link.stopped) return;
       this.markDown(reason);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, backoff);
-        this.wake = () => {
+        this.link.wake = () => {
           clearTimeout(t);
           resolve();
         };
@@ -515,36 +516,36 @@ export class Cluster {
       watch(session.sub);
 
       const started = this.now();
-      this.redisOffset = await this.redisClock(cmd);
-      if (!this.plausible(this.lastId)) this.restart(`the stream id this instance applied up to (${this.lastId}) is ahead of Redis's clock`);
+      this.place.redisOffset = await this.redisClock(cmd);
+      if (!this.plausible(this.place.lastId)) this.restart(`the stream id this instance applied up to (${this.place.lastId}) is ahead of Redis's clock`);
       await withTimeout(cmd.send("SET", [this.keys.epoch, crypto.randomUUID(), "NX"]), STALL_MS);
       const epoch = (await withTimeout(cmd.get(this.keys.epoch), STALL_MS)) ?? "";
       const meta = parseMeta(await withTimeout(cmd.get(this.keys.meta), STALL_MS));
       let restored = 0;
-      if (this.epoch === undefined) {
+      if (this.place.epoch === undefined) {
         // First connection of this process: the snapshot, then the stream since it.
         if (meta) restored = await this.restoreSnapshot(cmd);
-      } else if (epoch !== this.epoch) {
+      } else if (epoch !== this.place.epoch) {
         // Redis lost its data (restarted without persistence, or flushed): read the new
         // stream from its start, and put a full snapshot back for instances yet to come.
-        this.lastId = "0-0";
-        this.wantSnapshot = true;
+        this.place.lastId = "0-0";
+        this.snapshots.wanted = true;
         this.deps.log.warn("cluster: Redis lost the shared state (restarted empty?); re-sharing this instance's view", { redis: this.where });
-      } else if (this.resync || (meta?.trimmed !== undefined && compareIds(this.lastId, meta.trimmed) < 0)) {
+      } else if (this.place.resync || (meta?.trimmed !== undefined && compareIds(this.place.lastId, meta.trimmed) < 0)) {
         // Away long enough that what it missed was trimmed, or its place in the stream was
         // unusable: the snapshot has it.
         if (meta) restored = await this.restoreSnapshot(cmd);
       }
-      this.resync = false;
-      this.epoch = epoch;
+      this.place.resync = false;
+      this.place.epoch = epoch;
       // Subscribe first, then read the stream: what is published meanwhile waits, and is
       // applied after what the stream held (both carry stream ids; none is applied twice).
-      this.live = [];
+      this.place.live = [];
       await withTimeout(session.sub.subscribe(this.keys.load, (message) => this.onLoad(message)), STALL_MS);
       await withTimeout(session.sub.subscribe(this.keys.events, (message) => this.onEvents(message)), STALL_MS);
       const replayed = await this.drain(session);
-      const waiting = this.live;
-      this.live = undefined;
+      const waiting = this.place.live;
+      this.place.live = undefined;
       for (const message of waiting) this.onEvents(message);
       if (!this.catchUp) this.catchUp = { ms: this.now() - started, restoredEntries: restored, replayedEvents: replayed, complete: true };
       else if (!this.catchUp.complete) Object.assign(this.catchUp, { complete: true, restoredEntries: restored, replayedEvents: replayed });
@@ -554,17 +555,17 @@ export class Cluster {
       throw error;
     }
 
-    const wasDown = this.state === "down";
-    this.session = session;
-    this.state = "up";
-    this.since = this.now();
-    this.lastOwnEcho = this.now();
+    const wasDown = this.link.state === "down";
+    this.link.session = session;
+    this.link.state = "up";
+    this.link.since = this.now();
+    this.reports.lastEcho = this.now();
     if (wasDown) this.deps.log.info("cluster: Redis reachable again; sharing the backlog", { redis: this.where, backlog_events: this.backlogEvents() });
-    else this.deps.log.info("cluster: joined", { redis: this.where, name: this.settings.name, applied: this.lastId });
+    else this.deps.log.info("cluster: joined", { redis: this.where, name: this.settings.name, applied: this.place.lastId });
     this.caughtUp?.();
     this.drainOutbox();
     this.publishLoad();
-    if (this.wantSnapshot) void this.maybeSnapshot();
+    if (this.snapshots.wanted) void this.maybeSnapshot();
     return session;
   }
 
@@ -578,27 +579,21 @@ export class Cluster {
         // already closed
       }
     }
-    if (this.session === s) this.session = undefined;
-    // Whatever was sent but not acknowledged goes back to the front of the backlog.
-    if (this.unacked.size > 0) {
-      const back = [...this.unacked.values()];
-      this.unacked.clear();
-      this.outbox = [...back, ...this.outbox];
-      this.outboxBytes += back.reduce((a, b) => a + b.payload.length, 0);
-    }
+    if (this.link.session === s) this.link.session = undefined;
+    this.outbox.requeue();
   }
 
   private markDown(reason: string): void {
-    this.lastError = reason;
-    if (this.state === "up") {
+    this.link.lastError = reason;
+    if (this.link.state === "up") {
       this.counts.disconnects++;
-      this.since = this.now();
+      this.link.since = this.now();
       this.deps.log.warn("cluster: Redis unreachable; routing on this instance's own view", { redis: this.where, reason });
-    } else if (this.state === "connecting" && !this.warnedConnecting) {
-      this.warnedConnecting = true;
+    } else if (this.link.state === "connecting" && !this.link.warnedConnecting) {
+      this.link.warnedConnecting = true;
       this.deps.log.warn("cluster: cannot reach Redis; routing on this instance's own view until it can", { redis: this.where, reason });
     }
-    if (this.state !== "stopped") this.state = this.state === "connecting" ? "connecting" : "down";
+    if (this.link.state !== "stopped") this.link.state = this.link.state === "connecting" ? "connecting" : "down";
   }
 
   // --- the stream -------------------------------------------------------------------------
@@ -609,11 +604,11 @@ export class Cluster {
     for (;;) {
       let reply: unknown;
       try {
-        reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.lastId]), STALL_MS * 5);
+        reply = await withTimeout(s.cmd.send("XREAD", ["COUNT", String(READ_COUNT), "STREAMS", this.keys.log, this.place.lastId]), STALL_MS * 5);
       } catch (error) {
         // Never expected (only Redis's own ids are kept), but fatal if it happened: every
         // reconnect would fail the same way while Redis answers everything else.
-        if (/invalid stream id/i.test(describe(error))) this.restart(`Redis refused the stream id this instance applied up to (${this.lastId})`);
+        if (/invalid stream id/i.test(describe(error))) this.restart(`Redis refused the stream id this instance applied up to (${this.place.lastId})`);
         throw error;
       }
       const entries = streamEntries(reply, this.keys.log);
@@ -636,8 +631,8 @@ export class Cluster {
    * of Redis's clock is checked against the stream first.
    */
   private onEvents(message: string): void {
-    if (this.live) {
-      this.live.push(message);
+    if (this.place.live) {
+      this.place.live.push(message);
       return;
     }
     const a = message.indexOf(" ");
@@ -657,7 +652,7 @@ export class Cluster {
   /** Is `id` one Redis could have given by now? */
   private plausible(id: string): boolean {
     if (!isStreamId(id)) return false;
-    return this.redisOffset === undefined || idMs(id) <= this.now() + this.redisOffset + MAX_ID_AHEAD_MS;
+    return this.place.redisOffset === undefined || idMs(id) <= this.now() + this.place.redisOffset + MAX_ID_AHEAD_MS;
   }
 
   /** Redis's clock minus this one's (TIME), or undefined when it does not say. */
@@ -676,21 +671,21 @@ export class Cluster {
    * from there; one the stream does not hold is dropped and counted.
    */
   private doubt(id: string): void {
-    this.doubted.add(id);
-    if (this.verifying) return;
-    this.verifying = true;
-    const s = this.session;
+    this.place.doubted.add(id);
+    if (this.place.verifying) return;
+    this.place.verifying = true;
+    const s = this.link.session;
     const buffer: string[] = [];
-    if (s && !s.dead) this.live = buffer;
+    if (s && !s.dead) this.place.live = buffer;
     const read = s && !s.dead ? this.drain(s) : Promise.resolve(0);
     void read
       .catch((error) => s?.fail(`stream read: ${describe(error)}`))
       .finally(() => {
-        for (const doubted of this.doubted) this.malformed("a stream id the stream does not hold, ahead of Redis's clock", doubted);
-        this.doubted.clear();
-        this.verifying = false;
-        if (this.live !== buffer) return;
-        this.live = undefined;
+        for (const doubted of this.place.doubted) this.malformed("a stream id the stream does not hold, ahead of Redis's clock", doubted);
+        this.place.doubted.clear();
+        this.place.verifying = false;
+        if (this.place.live !== buffer) return;
+        this.place.live = undefined;
         for (const message of buffer) this.onEvents(message);
       });
   }
@@ -698,15 +693,15 @@ export class Cluster {
   /** The id applied up to is unusable: start again from the snapshot and the stream since it. */
   private restart(reason: string): void {
     this.deps.log.warn("cluster: catching up again from the snapshot", { reason });
-    this.lastId = "0-0";
-    this.resync = true;
+    this.place.lastId = "0-0";
+    this.place.resync = true;
   }
 
   /** One stream entry, once: entries at or before `lastId` were applied already. */
   private applyEntry(id: string, from: string, payload: string): number {
-    if (compareIds(id, this.lastId) <= 0) return 0;
-    this.doubted.delete(id);
-    this.lastId = id;
+    if (compareIds(id, this.place.lastId) <= 0) return 0;
+    this.place.doubted.delete(id);
+    this.place.lastId = id;
     if (from === this.incarnation) return 0;
     let sentAt: number;
     let batch: ClusterEvent[];
@@ -729,8 +724,8 @@ export class Cluster {
     const local = (at: number) => now - Math.max(0, sentAt - at);
     for (const event of batch) {
       this.apply(event, local);
-      if (event.kind === "commit") this.peers.noteCommit(from, event.replica, event.at, now);
-      this.lagMs = Math.max(0, now - event.at);
+      if (event.kind === "commit") this.peers.table.noteCommit(from, event.replica, event.at, now);
+      this.place.lagMs = Math.max(0, now - event.at);
     }
     this.counts.applied += batch.length;
     return batch.length;
@@ -750,29 +745,21 @@ export class Cluster {
       case "forget-used-by":
         router.index.forgetUsedBy(event.replica, local(event.usedBy));
         break;
-      case "response": {
+      case "response":
         router.rememberResponse(event.id, event.replica, false);
-        const waiters = this.responseWaiters.get(event.id);
-        this.responseWaiters.delete(event.id);
-        for (const wake of waiters ?? []) wake();
+        this.responses.arrived(event.id);
         break;
-      }
       case "retract":
         router.applyRetract(event.chains, event.replica, event.commit, event.created);
         break;
     }
   }
 
-  /**
-   * Events go out at once when this instance has been quiet, else together at the end of a
-   * short gap: under steady traffic one write carries many decisions, which is most of what
-   * sharing costs in CPU. A Responses id always goes at once: its follow-up may come at once.
-   */
+  /** An event learnt here goes to the outbox, to be written to the stream after the decision. */
   private emit(event: ClusterEvent): void {
-    if (this.stopped) return;
-    const first = this.writer.empty;
+    if (this.link.stopped) return;
     try {
-      this.writer.add(event);
+      this.outbox.add(event);
     } catch (error) {
       // Sharing must never fail the request it learned from (this runs inside Router.commit):
       // the event is left out whole (the writer took it back), counted, and the first logged.
@@ -781,70 +768,20 @@ export class Cluster {
         this.firstEncodeError = describe(error);
         this.deps.log.warn("cluster: an event could not be encoded; it is not shared (counted in /status)", { kind: event.kind, replica: event.replica, error: this.firstEncodeError });
       }
-      return;
     }
-    if (first) this.batchSince = event.at;
-    if (event.kind === "response") {
-      if (this.flushTimer) clearTimeout(this.flushTimer);
-      this.flushTimer = undefined;
-      this.flushScheduled = true;
-      setImmediate(() => this.flush());
-      return;
-    }
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    const wait = this.lastFlushAt + FLUSH_GAP_MS - this.now();
-    if (wait <= 0) setImmediate(() => this.flush());
-    else this.flushTimer = setTimeout(() => this.flush(), wait);
   }
 
-  private flush(): void {
-    if (!this.flushScheduled) return;
-    this.flushScheduled = false;
-    this.flushTimer = undefined;
-    this.lastFlushAt = this.now();
-    if (!this.writer.empty) {
-      const events = this.writer.events;
-      const bytes = this.writer.take(this.now());
-      const payload = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
-      this.outbox.push({ payload, events });
-      this.outboxBytes += payload.length;
-      while (this.outboxBytes > MAX_BACKLOG_BYTES && this.outbox.length > 1) {
-        const dropped = this.outbox.shift()!;
-        this.outboxBytes -= dropped.payload.length;
-        this.counts.dropped += dropped.events;
-      }
-    }
-    this.drainOutbox();
-  }
-
-  private readonly pendingAcks = new Set<Promise<unknown>>();
-
+  /** Redis up: the outbox's batches go to the stream, and the Responses ids' owner keys are written. */
   private drainOutbox(): void {
-    const s = this.session;
-    if (!s || s.dead || this.state !== "up") return;
-    while (this.outbox.length > 0 && this.unacked.size < MAX_UNACKED) {
-      const batch = this.outbox.shift()!;
-      this.outboxBytes -= batch.payload.length;
-      const seq = this.sendSeq++;
-      this.unacked.set(seq, { ...batch, sentAt: this.now() });
-      const sent = s.cmd.send("EVAL", [APPEND_AND_PUBLISH, "1", this.keys.log, this.keys.events, String(MAX_STREAM_ENTRIES), this.incarnation, batch.payload]).then(
-        () => {
-          if (this.unacked.delete(seq)) this.counts.sent += batch.events;
-          this.drainOutbox();
-        },
-        (error) => s.fail(`stream write: ${describe(error)}`),
-      );
-      this.pendingAcks.add(sent);
-      void sent.finally(() => this.pendingAcks.delete(sent));
-    }
-    const now = this.now();
-    for (const { id, replica, at } of this.responseKeys.splice(0)) {
-      // The key lives as long as the index remembers the id, counted from when it was learnt.
-      const ttl = this.settings.responseTtlMs - (now - at);
-      if (ttl <= 0) continue;
-      s.cmd.send("SET", [this.keys.response(id), replica, "PX", String(Math.max(1_000, ttl))]).catch(() => {});
-    }
+    const s = this.link.up();
+    if (!s) return;
+    this.outbox.send(
+      (payload) => s.cmd.send("EVAL", [APPEND_AND_PUBLISH, "1", this.keys.log, this.keys.events, String(MAX_STREAM_ENTRIES), this.incarnation, payload]),
+      (error) => s.fail(`stream write: ${describe(error)}`),
+    );
+    this.responses.take(this.now(), (id, replica, ttlMs) => {
+      s.cmd.send("SET", [this.keys.response(id), replica, "PX", String(ttlMs)]).catch(() => {});
+    });
   }
 
   // --- load and heartbeats ----------------------------------------------------------------
@@ -854,13 +791,13 @@ export class Cluster {
     for (const x of this.deps.fleet.replicas) {
       r[x.name] = [x.inflight, Math.round(x.prefill.queuedTokens), x.prefill.size, x.prefill.oldestCommit() ?? 0, measured(x) ? Math.round(x.prefill.rate) : 0];
     }
-    return { v: 1, i: this.incarnation, n: this.settings.name, f: BATCH_FORMAT, at: this.now(), applied: this.lastId, lag: this.lagMs, r, ...(bye ? { bye: true as const } : {}) };
+    return { v: 1, i: this.incarnation, n: this.settings.name, f: BATCH_FORMAT, at: this.now(), applied: this.place.lastId, lag: this.place.lagMs, r, ...(bye ? { bye: true as const } : {}) };
   }
 
   private publishLoad(): void {
-    const s = this.session;
-    if (!s || s.dead || this.state !== "up") return;
-    this.lastLoadAt = this.now();
+    const s = this.link.up();
+    if (!s) return;
+    this.reports.lastAt = this.now();
     s.cmd.publish(this.keys.load, JSON.stringify(this.loadMessage())).catch((error) => s.fail(`publish: ${describe(error)}`));
   }
 
@@ -872,18 +809,18 @@ export class Cluster {
     }
     const now = this.now();
     if (m.i === this.incarnation) {
-      this.lastOwnEcho = now;
+      this.reports.lastEcho = now;
       return;
     }
-    if (m.n === this.settings.name && !this.warnedNames.has(m.n)) {
-      this.warnedNames.add(m.n);
+    if (m.n === this.settings.name && !this.peers.sameName.has(m.n)) {
+      this.peers.sameName.add(m.n);
       this.deps.log.warn("cluster: another instance has this instance's name; give each its own cluster.name", { name: m.n });
     }
-    const known = this.peers.list(now).some((p) => p.incarnation === m.i);
-    this.peers.update(m, now);
+    const known = this.peers.table.list(now).some((p) => p.incarnation === m.i);
+    this.peers.table.update(m, now);
     // Instances before batch format 2 sent no format: they write (and read) format 1.
     if (!m.bye && (m.f ?? 1) !== BATCH_FORMAT) this.noteOtherVersion(m.i, m.f ?? 1, m.n);
-    if (m.bye) this.otherVersions.delete(m.i);
+    if (m.bye) this.peers.otherVersions.delete(m.i);
     if (!known && !m.bye) this.deps.log.info("cluster: instance seen", { instance: m.n });
     if (m.bye) this.deps.log.info("cluster: instance left", { instance: m.n });
   }
@@ -895,11 +832,11 @@ export class Cluster {
    */
   private noteOtherVersion(incarnation: string, format: number, name?: string): void {
     const now = this.now();
-    const known = this.otherVersions.get(incarnation);
+    const known = this.peers.otherVersions.get(incarnation);
     // Anything can be published: a flood of made-up instances is not remembered without bound.
-    if (!known && this.otherVersions.size >= MAX_OTHER_VERSIONS) return;
-    const label = clip(name ?? known?.name ?? this.peers.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`)!;
-    this.otherVersions.set(incarnation, { name: label, format, seenAt: now });
+    if (!known && this.peers.otherVersions.size >= MAX_OTHER_VERSIONS) return;
+    const label = clip(name ?? known?.name ?? this.peers.table.list(now).find((p) => p.incarnation === incarnation)?.name ?? `incarnation ${incarnation}`)!;
+    this.peers.otherVersions.set(incarnation, { name: label, format, seenAt: now });
     if (known) return;
     this.deps.log.warn("cluster: an instance runs another llmroute version; neither reads the other's routing knowledge: run one version on every instance", {
       instance: label,
@@ -912,18 +849,18 @@ export class Cluster {
     const now = this.now();
     // Every message comes through Redis: when this instance's own heartbeats stopped coming
     // back too (or Redis is known to be away), a silent peer says nothing about that peer.
-    const redisAway = this.state !== "up" || now - this.lastOwnEcho > this.heartbeatMs * 1.5;
-    for (const name of this.peers.expire(now)) {
+    const redisAway = this.link.state !== "up" || now - this.reports.lastEcho > this.heartbeatMs * 1.5;
+    for (const name of this.peers.table.expire(now)) {
       if (redisAway) this.deps.log.info("cluster: no word from an instance while Redis is away; its in-flight counts are dropped until it reports again", { instance: name });
       else this.deps.log.warn("cluster: instance stopped reporting; its in-flight counts are dropped", { instance: name });
     }
-    for (const [incarnation, o] of this.otherVersions) if (now - o.seenAt > this.heartbeatMs * PEER_TTL_BEATS) this.otherVersions.delete(incarnation);
-    const s = this.session;
-    if (!s || s.dead || this.state !== "up") return;
+    for (const [incarnation, o] of this.peers.otherVersions) if (now - o.seenAt > this.heartbeatMs * PEER_TTL_BEATS) this.peers.otherVersions.delete(incarnation);
+    const s = this.link.up();
+    if (!s) return;
     // Our own heartbeats come back on the subscription; when they stop, it is dead. A write
     // unanswered for long: Redis is hung or cut off (no reset ever comes).
-    if (now - this.lastOwnEcho > this.heartbeatMs * PEER_TTL_BEATS) return s.fail("no heartbeat came back on the subscription");
-    const oldest = this.unacked.values().next().value?.sentAt;
+    if (now - this.reports.lastEcho > this.heartbeatMs * PEER_TTL_BEATS) return s.fail("no heartbeat came back on the subscription");
+    const oldest = this.outbox.oldestSentAt();
     if (oldest !== undefined && now - oldest > STALL_MS) return s.fail(`a stream write was not answered within ${STALL_MS} ms`);
     this.publishLoad();
   }
@@ -932,14 +869,14 @@ export class Cluster {
 
   /** One instance at a time (a lock) writes the index and the Responses ids, then trims the stream. */
   private async maybeSnapshot(): Promise<void> {
-    const s = this.session;
-    if (!s || s.dead || this.state !== "up" || this.snapshotting) return;
-    this.snapshotting = true;
+    const s = this.link.up();
+    if (!s || this.snapshots.taking) return;
+    this.snapshots.taking = true;
     try {
-      const won = await withTimeout(s.cmd.send("SET", [this.keys.lock, this.incarnation, "NX", "PX", String(Math.max(1_000, Math.floor(this.snapshotMs * 0.9)))]), STALL_MS);
+      const won = await withTimeout(s.cmd.send("SET", [this.keys.lock, this.incarnation, "NX", "PX", String(Math.max(1_000, Math.floor(this.snapshots.everyMs * 0.9)))]), STALL_MS);
       if (won !== "OK") return;
       const previous = parseMeta(await withTimeout(s.cmd.get(this.keys.meta), STALL_MS));
-      const id = this.lastId;
+      const id = this.place.lastId;
       const at = this.now();
       const blob = encodeSnapshot({ id, at, by: this.settings.name, responses: this.deps.router.savedResponses() }, this.deps.router.index.snapshot());
       await withTimeout(s.cmd.set(this.keys.snapshot, blob), STALL_MS * 5);
@@ -948,12 +885,12 @@ export class Cluster {
       const trimmed = previous && compareIds(previous.id, id) < 0 ? previous.id : undefined;
       await withTimeout(s.cmd.set(this.keys.meta, JSON.stringify({ id, at, by: this.settings.name, bytes: blob.byteLength, ...(trimmed ? { trimmed } : {}) })), STALL_MS);
       if (trimmed) await withTimeout(s.cmd.send("XTRIM", [this.keys.log, "MINID", trimmed]), STALL_MS);
-      this.snapshotInfo = { at, by: this.settings.name, bytes: blob.byteLength };
-      this.wantSnapshot = false;
+      this.snapshots.info = { at, by: this.settings.name, bytes: blob.byteLength };
+      this.snapshots.wanted = false;
     } catch (error) {
       this.deps.log.warn("cluster: snapshot failed", { error: describe(error) });
     } finally {
-      this.snapshotting = false;
+      this.snapshots.taking = false;
     }
   }
 
@@ -966,9 +903,9 @@ export class Cluster {
       // Its entries as old as they were when it was taken, by whichever clock took it.
       const { restored } = this.deps.router.index.restore(index, keep, { now: this.now(), takenAt: header.at });
       for (const [id, replica] of header.responses) if (keep(replica)) this.deps.router.rememberResponse(id, replica, false);
-      if (this.plausible(header.id)) this.lastId = header.id;
+      if (this.plausible(header.id)) this.place.lastId = header.id;
       else this.deps.log.warn("cluster: the shared snapshot's stream id is ahead of Redis's clock; reading the whole stream after it", { id: header.id.slice(0, 40) });
-      this.snapshotInfo = { at: header.at, by: header.by, bytes: blob.byteLength };
+      this.snapshots.info = { at: header.at, by: header.by, bytes: blob.byteLength };
       return restored;
     } catch (error) {
       this.deps.log.warn("cluster: the shared snapshot is unreadable; catching up from the stream alone", { error: describe(error) });

@@ -90,22 +90,7 @@ export class PrefixIndex {
   private highWater = 0;
   private count = 0;
 
-  private readonly ids = new Map<string, number>();
-  private readonly names: string[] = [];
-  private head: number[] = [];
-  private newest: number[] = [];
-  private charsOf: number[] = [];
-  private entriesOf: number[] = [];
-  private tipsOf: number[] = [];
-  private budgetOf: number[] = [];
-  /** The oldest entry still within its card's budget, and the characters from it to the newest. */
-  private heldStart: number[] = [];
-  private heldOf: number[] = [];
-  /** The oldest entry inside the capacity window, per replica. */
-  private windowStart: number[] = [];
-  private activeOf: number[] = [];
-  /** Characters of entries inside the window, persisted or not (what a card is busy holding). */
-  private recentOf: number[] = [];
+  private readonly byReplica = new ReplicaColumns();
   private windowSince = -Infinity;
   /** Distinct hashes counted in some replica's active working set (the fleet's view). */
   private readonly fleet = new HashCounts();
@@ -130,13 +115,13 @@ export class PrefixIndex {
 
   /** Does `replica` hold the link with this hash (remembered, and within its card's budget)? */
   holds(lo: number, hi: number, replica: string): boolean {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     return r !== undefined && this.isHeld(this.find(lo >>> 0, hi >>> 0, r));
   }
 
   /** The length of the tail chunk last recorded right after link `depth - 1` of `chain` on `replica` (0 = none). */
   tailAfter(chain: PrefixChain, depth: number, replica: string): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined || depth < 1 || depth > chain.length) return 0;
     const e = this.find(chain.lo[depth - 1]!, chain.hi[depth - 1]!, r);
     return e === NIL ? 0 : this.tail[e]!;
@@ -150,9 +135,9 @@ export class PrefixIndex {
   record(chain: PrefixChain, replica: string, now: number, continued = false, commit = 0): number {
     const n = chain.length;
     if (n === 0) return 0;
-    const r = this.idOf(replica);
+    const r = this.byReplica.idOf(replica);
     // Lists stay ordered by time even if the clock steps back.
-    const newest = this.newest[r]!;
+    const newest = this.byReplica.newest[r]!;
     if (newest !== NIL && now < this.last[newest]!) now = this.last[newest]!;
     if (this.scratch.length < n) this.scratch = new Int32Array(Math.max(n, this.scratch.length * 2));
     const chainEntries = this.scratch;
@@ -199,7 +184,7 @@ export class PrefixIndex {
    * stay: the replica held them anyway.
    */
   retract(chain: PrefixChain, replica: string, created: number, commit: number): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined || commit === 0) return 0;
     let removed = 0;
     for (let i = chain.length - 1; i >= chain.length - created; i--) {
@@ -214,9 +199,10 @@ export class PrefixIndex {
 
   /** Drop entries idle longer than the TTL; returns how many were dropped. */
   evict(now: number): number {
+    const { names, head } = this.byReplica;
     let dropped = 0;
-    for (let r = 0; r < this.names.length; r++) {
-      for (let e = this.head[r]!; e !== NIL && now - this.last[e]! > this.options.ttlMs; e = this.head[r]!) {
+    for (let r = 0; r < names.length; r++) {
+      for (let e = head[r]!; e !== NIL && now - this.last[e]! > this.options.ttlMs; e = head[r]!) {
         this.remove(e);
         dropped++;
       }
@@ -226,9 +212,9 @@ export class PrefixIndex {
 
   /** Forget everything a replica held (it restarted, or left the fleet). */
   forget(replica: string): void {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined) return;
-    for (let e = this.head[r]!; e !== NIL; e = this.head[r]!) this.remove(e);
+    for (let e = this.byReplica.head[r]!; e !== NIL; e = this.byReplica.head[r]!) this.remove(e);
   }
 
   /**
@@ -238,10 +224,10 @@ export class PrefixIndex {
    * Returns how many were dropped.
    */
   forgetCommits(replica: string, commits: ReadonlySet<number>): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined || commits.size === 0) return 0;
     let dropped = 0;
-    for (let e = this.head[r]!; e !== NIL; ) {
+    for (let e = this.byReplica.head[r]!; e !== NIL; ) {
       const next = this.next[e]!;
       if (this.commit[e] !== 0 && commits.has(this.commit[e]!) && this.children[e] === 0) {
         this.remove(e);
@@ -258,10 +244,10 @@ export class PrefixIndex {
    * used then, and an LRU cache evicts everything older first.
    */
   forgetUsedBy(replica: string, at: number): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined) return 0;
     let dropped = 0;
-    for (let e = this.head[r]!; e !== NIL && this.last[e]! <= at; e = this.head[r]!) {
+    for (let e = this.byReplica.head[r]!; e !== NIL && this.last[e]! <= at; e = this.byReplica.head[r]!) {
       this.remove(e);
       dropped++;
     }
@@ -276,11 +262,11 @@ export class PrefixIndex {
    * slot). Walks the replica's list from its newest end and stops past `limitChars`.
    */
   distance(replica: string, after: number, before: number, limitChars = Infinity): { chars: number; tips: number; capped: boolean } {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     let chars = 0;
     let tips = 0;
     if (r === undefined) return { chars, tips, capped: false };
-    for (let e = this.newest[r]!; e !== NIL && this.last[e]! > after; e = this.prev[e]!) {
+    for (let e = this.byReplica.newest[r]!; e !== NIL && this.last[e]! > after; e = this.prev[e]!) {
       if (this.last[e]! >= before) continue;
       chars += this.delta[e]!;
       if (this.children[e] === 0) tips++;
@@ -296,7 +282,7 @@ export class PrefixIndex {
    * Stops counting past `limitChars` (a busy replica's walk is cut short).
    */
   sentSince(replica: string, after: number, chains: readonly PrefixChain[], limitChars = Infinity): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined) return 0;
     let own = 0;
     for (const e of this.chainEntries(r, chains)) if (this.last[e]! > after) own += this.delta[e]!;
@@ -312,14 +298,15 @@ export class PrefixIndex {
    * the card's occupied characters and budget, or undefined for a KV not known (nothing visited).
    */
   private lruWalk(replica: string, chains: readonly PrefixChain[], visit: (e: number, resident: number) => boolean): { occupied: number; budget: number } | undefined {
-    const r = this.ids.get(replica);
-    const budget = r === undefined ? Infinity : this.budgetOf[r]!;
+    const { ids, newest, budgetOf, heldStart, heldOf, recentOf } = this.byReplica;
+    const r = ids.get(replica);
+    const budget = r === undefined ? Infinity : budgetOf[r]!;
     if (r === undefined || !Number.isFinite(budget)) return undefined;
-    const held = this.heldOf[r]!;
-    const occupied = Math.min(budget, Math.max(held, this.recentOf[r]!));
+    const held = heldOf[r]!;
+    const occupied = Math.min(budget, Math.max(held, recentOf[r]!));
     const own = new Set(this.chainEntries(r, chains));
-    const start = this.heldStart[r]!;
-    const cut = start === NIL ? this.newest[r]! : this.prev[start]!;
+    const start = heldStart[r]!;
+    const cut = start === NIL ? newest[r]! : this.prev[start]!;
     if (cut !== NIL && occupied > held && !own.has(cut) && !visit(cut, Math.min(this.delta[cut]!, occupied - held))) return { occupied, budget };
     for (let e = start; e !== NIL; e = this.next[e]!) if (!own.has(e) && !visit(e, this.delta[e]!)) break;
     return { occupied, budget };
@@ -327,10 +314,11 @@ export class PrefixIndex {
 
   /** What `chars` new characters would push out of a replica's full card (`lruWalk`'s order); `visit` gets each entry and how much of it goes. */
   private evictions(replica: string, chars: number, chains: readonly PrefixChain[], visit: (e: number, lost: number) => void): void {
-    const r = this.ids.get(replica);
-    const budget = r === undefined ? Infinity : this.budgetOf[r]!;
+    const { ids, budgetOf, heldOf, recentOf } = this.byReplica;
+    const r = ids.get(replica);
+    const budget = r === undefined ? Infinity : budgetOf[r]!;
     if (r === undefined || !Number.isFinite(budget)) return;
-    let over = Math.min(budget, Math.max(this.heldOf[r]!, this.recentOf[r]!)) + chars - budget;
+    let over = Math.min(budget, Math.max(heldOf[r]!, recentOf[r]!)) + chars - budget;
     if (over <= 0) return;
     this.lruWalk(replica, chains, (e, resident) => {
       const lost = Math.min(resident, over);
@@ -408,8 +396,8 @@ export class PrefixIndex {
 
   /** The longest prefix of `chain` with an entry for `replica`: held within its budget (`heldOnly`) or only remembered. */
   private longest(chain: PrefixChain, replica: string, heldOnly: boolean): PrefixMatch {
-    const r = this.ids.get(replica);
-    if (r === undefined || this.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0, commit: 0 };
+    const r = this.byReplica.ids.get(replica);
+    if (r === undefined || this.byReplica.entriesOf[r] === 0) return { replica, depth: 0, chars: 0, lastUsed: 0, commit: 0 };
     // Entries are prefix-closed per replica (held ones too): links [0, lo) have one, links [hi, n) do not.
     let lo = 0;
     let hi = chain.length;
@@ -426,8 +414,8 @@ export class PrefixIndex {
 
   /** A replica's budget in characters (its KV), or undefined for none (only the global bound). */
   setBudget(replica: string, chars: number | undefined): void {
-    const r = this.idOf(replica);
-    this.budgetOf[r] = chars === undefined || !(chars > 0) ? Infinity : chars;
+    const r = this.byReplica.idOf(replica);
+    this.byReplica.budgetOf[r] = chars === undefined || !(chars > 0) ? Infinity : chars;
     this.enforceBounds(r);
   }
 
@@ -436,19 +424,20 @@ export class PrefixIndex {
     const windowChanged = options.windowMs !== this.options.windowMs;
     this.options = { ...options };
     if (windowChanged) this.windowSince = Infinity; // forces a rebuild on the next read
-    for (let r = 0; r < this.names.length; r++) this.enforceBounds(r);
+    for (let r = 0; r < this.byReplica.names.length; r++) this.enforceBounds(r);
   }
 
   /** Characters of distinct prefixes a replica is believed to hold (within its budget; shared prefixes once). */
   workingSetChars(replica: string): number {
-    const r = this.ids.get(replica);
-    return r === undefined ? 0 : this.heldOf[r]!;
+    const r = this.byReplica.ids.get(replica);
+    return r === undefined ? 0 : this.byReplica.heldOf[r]!;
   }
 
   replicaStats(replica: string): ReplicaIndexStats {
-    const r = this.ids.get(replica);
+    const { ids, charsOf, entriesOf, tipsOf, heldOf } = this.byReplica;
+    const r = ids.get(replica);
     if (r === undefined) return { chars: 0, entries: 0, tips: 0, heldChars: 0 };
-    return { chars: this.charsOf[r]!, entries: this.entriesOf[r]!, tips: this.tipsOf[r]!, heldChars: this.heldOf[r]! };
+    return { chars: charsOf[r]!, entries: entriesOf[r]!, tips: tipsOf[r]!, heldChars: heldOf[r]! };
   }
 
   /**
@@ -458,9 +447,10 @@ export class PrefixIndex {
    * occupies the cache only until evicted and is not what makes a card thrash.
    */
   activeWorkingSet(now: number): { perReplica: Map<string, number>; fleet: number } {
+    const { names, activeOf } = this.byReplica;
     this.advance(now);
     const perReplica = new Map<string, number>();
-    for (let r = 0; r < this.names.length; r++) if (this.activeOf[r]! > 0) perReplica.set(this.names[r]!, this.activeOf[r]!);
+    for (let r = 0; r < names.length; r++) if (activeOf[r]! > 0) perReplica.set(names[r]!, activeOf[r]!);
     return { perReplica, fleet: this.fleet.total };
   }
 
@@ -473,29 +463,30 @@ export class PrefixIndex {
 
   /** Prompt tips (conversations and one-shots) a replica used within the window, as of the last `advance`: walks the window. */
   windowTips(replica: string): number {
-    const r = this.ids.get(replica);
+    const r = this.byReplica.ids.get(replica);
     if (r === undefined) return 0;
     let tips = 0;
-    for (let e = this.windowStart[r]!; e !== NIL; e = this.next[e]!) if (this.children[e] === 0) tips++;
+    for (let e = this.byReplica.windowStart[r]!; e !== NIL; e = this.next[e]!) if (this.children[e] === 0) tips++;
     return tips;
   }
 
   /** Characters a replica has used within the window, as of the last `advance`. */
   recentChars(replica: string): number {
-    const r = this.ids.get(replica);
-    return r === undefined ? 0 : this.recentOf[r]!;
+    const r = this.byReplica.ids.get(replica);
+    return r === undefined ? 0 : this.byReplica.recentOf[r]!;
   }
 
   // --- snapshots (routing.state_file, a cluster's catch-up; the format: ./prefix-snapshot.ts) --
 
   /** Every entry, each replica's oldest first, so `restore` rebuilds the same LRU order. */
   snapshot(): Uint8Array {
-    const out = new SnapshotWriter(this.names, this.count);
+    const { names, head } = this.byReplica;
+    const out = new SnapshotWriter(names, this.count);
     const position = new Int32Array(this.highWater).fill(NIL);
     let p = 0;
-    for (let r = 0; r < this.names.length; r++) for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) position[e] = p++;
-    for (let r = 0; r < this.names.length; r++) {
-      for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) {
+    for (let r = 0; r < names.length; r++) for (let e = head[r]!; e !== NIL; e = this.next[e]!) position[e] = p++;
+    for (let r = 0; r < names.length; r++) {
+      for (let e = head[r]!; e !== NIL; e = this.next[e]!) {
         const parent = this.parent[e] === NIL ? NIL : position[this.parent[e]!]!;
         out.add(this.lo[e]!, this.hi[e]!, r, this.flags[e]! & PERSISTED, this.delta[e]!, this.tail[e]!, this.last[e]!, parent, this.commit[e]!);
       }
@@ -533,10 +524,10 @@ export class PrefixIndex {
     const existed = new Uint8Array(records);
     for (let i = 0; i < records; i++) {
       if (!load[i]) continue;
-      const r = this.idOf(snap.names[snap.replica(i)]!);
+      const r = this.byReplica.idOf(snap.names[snap.replica(i)]!);
       const lo = snap.lo(i);
       const hi = snap.hi(i);
-      const newest = this.newest[r]!;
+      const newest = this.byReplica.newest[r]!;
       const at = Math.max(localTime(snap.last(i)), newest === NIL ? 0 : this.last[newest]!);
       const commit = snap.commit(i);
       const found = this.find(lo, hi, r);
@@ -570,35 +561,14 @@ export class PrefixIndex {
       const p = parentAt === NIL ? NIL : created[parentAt]!;
       if (p === NIL) continue;
       this.parent[e] = p;
-      if (this.children[p]!++ === 0) this.tipsOf[this.rid[p]!]!--;
+      if (this.children[p]!++ === 0) this.byReplica.tipsOf[this.rid[p]!]!--;
     }
     this.windowSince = Infinity;
-    for (let r = 0; r < this.names.length; r++) this.enforceBounds(r);
+    for (let r = 0; r < this.byReplica.names.length; r++) this.enforceBounds(r);
     return { restored, skipped };
   }
 
   // --- internals --------------------------------------------------------------------------
-
-  private idOf(replica: string): number {
-    let r = this.ids.get(replica);
-    if (r !== undefined) return r;
-    r = this.names.length;
-    if (r >= 0xffff) throw new RangeError("more than 65,535 replica names");
-    this.ids.set(replica, r);
-    this.names.push(replica);
-    this.head.push(NIL);
-    this.newest.push(NIL);
-    this.charsOf.push(0);
-    this.entriesOf.push(0);
-    this.tipsOf.push(0);
-    this.budgetOf.push(Infinity);
-    this.heldStart.push(NIL);
-    this.heldOf.push(0);
-    this.windowStart.push(NIL);
-    this.activeOf.push(0);
-    this.recentOf.push(0);
-    return r;
-  }
 
   private isHeld(e: number): boolean {
     return e !== NIL && (this.flags[e]! & HELD) !== 0;
@@ -618,6 +588,7 @@ export class PrefixIndex {
   }
 
   private create(lo: number, hi: number, r: number, delta: number, parent: number): number {
+    const { charsOf, entriesOf, tipsOf } = this.byReplica;
     if (this.freeList === NIL && this.highWater === this.capacity) this.grow();
     let e: number;
     if (this.freeList !== NIL) {
@@ -640,28 +611,29 @@ export class PrefixIndex {
     while (this.slots[s] !== 0) s = (s + 1) & this.mask;
     this.slots[s] = e + 1;
     this.count++;
-    this.charsOf[r]! += delta;
-    this.entriesOf[r]!++;
-    this.tipsOf[r]!++;
-    if (parent !== NIL && this.children[parent]!++ === 0) this.tipsOf[r]!--;
+    charsOf[r]! += delta;
+    entriesOf[r]!++;
+    tipsOf[r]!++;
+    if (parent !== NIL && this.children[parent]!++ === 0) tipsOf[r]!--;
     return e;
   }
 
   private remove(e: number): void {
+    const { charsOf, entriesOf, tipsOf, heldStart, heldOf, windowStart, recentOf } = this.byReplica;
     const r = this.rid[e]!;
     if (this.flags[e]! & COUNTED) this.uncount(e);
-    if (this.flags[e]! & IN_WINDOW) this.recentOf[r]! -= this.delta[e]!;
-    if (this.flags[e]! & HELD) this.heldOf[r]! -= this.delta[e]!;
-    if (this.heldStart[r] === e) this.heldStart[r] = this.next[e]!;
-    if (this.windowStart[r] === e) this.windowStart[r] = this.next[e]!;
+    if (this.flags[e]! & IN_WINDOW) recentOf[r]! -= this.delta[e]!;
+    if (this.flags[e]! & HELD) heldOf[r]! -= this.delta[e]!;
+    if (heldStart[r] === e) heldStart[r] = this.next[e]!;
+    if (windowStart[r] === e) windowStart[r] = this.next[e]!;
     if (this.flags[e]! & LINKED) this.unlink(e);
     this.deleteSlot(e);
     this.count--;
-    this.charsOf[r]! -= this.delta[e]!;
-    this.entriesOf[r]!--;
-    if (this.children[e] === 0) this.tipsOf[r]!--;
+    charsOf[r]! -= this.delta[e]!;
+    entriesOf[r]!--;
+    if (this.children[e] === 0) tipsOf[r]!--;
     const p = this.parent[e]!;
-    if (p !== NIL && --this.children[p]! === 0) this.tipsOf[r]!++;
+    if (p !== NIL && --this.children[p]! === 0) tipsOf[r]!++;
     this.flags[e] = 0;
     this.next[e] = this.freeList;
     this.freeList = e;
@@ -684,81 +656,86 @@ export class PrefixIndex {
   }
 
   private append(e: number): void {
+    const { head, newest, heldStart, heldOf } = this.byReplica;
     const r = this.rid[e]!;
-    const tail = this.newest[r]!;
+    const tail = newest[r]!;
     this.prev[e] = tail;
     this.next[e] = NIL;
-    if (tail === NIL) this.head[r] = e;
+    if (tail === NIL) head[r] = e;
     else this.next[tail] = e;
-    this.newest[r] = e;
+    newest[r] = e;
     this.flags[e]! |= LINKED;
     if (!(this.flags[e]! & HELD)) {
       this.flags[e]! |= HELD;
-      this.heldOf[r]! += this.delta[e]!;
-      if (this.heldStart[r] === NIL) this.heldStart[r] = e;
+      heldOf[r]! += this.delta[e]!;
+      if (heldStart[r] === NIL) heldStart[r] = e;
     }
   }
 
   private unlink(e: number): void {
+    const { head, newest, heldStart, windowStart } = this.byReplica;
     const r = this.rid[e]!;
-    if (this.windowStart[r] === e) this.windowStart[r] = this.next[e] === NIL ? e : this.next[e]!;
-    if (this.heldStart[r] === e) this.heldStart[r] = this.next[e] === NIL ? e : this.next[e]!;
+    if (windowStart[r] === e) windowStart[r] = this.next[e] === NIL ? e : this.next[e]!;
+    if (heldStart[r] === e) heldStart[r] = this.next[e] === NIL ? e : this.next[e]!;
     const p = this.prev[e]!;
     const n = this.next[e]!;
-    if (p === NIL) this.head[r] = n;
+    if (p === NIL) head[r] = n;
     else this.next[p] = n;
-    if (n === NIL) this.newest[r] = p;
+    if (n === NIL) newest[r] = p;
     else this.prev[n] = p;
     this.flags[e]! &= ~LINKED;
   }
 
   /** `e` was just made the newest entry of its replica: it is inside the window. */
   private enterWindow(e: number): void {
+    const { windowStart, recentOf } = this.byReplica;
     const r = this.rid[e]!;
-    if (this.windowStart[r] === NIL) this.windowStart[r] = e;
-    if (!(this.flags[e]! & IN_WINDOW)) this.recentOf[r]! += this.delta[e]!;
+    if (windowStart[r] === NIL) windowStart[r] = e;
+    if (!(this.flags[e]! & IN_WINDOW)) recentOf[r]! += this.delta[e]!;
     const f = (this.flags[e]! |= IN_WINDOW);
     if (f & PERSISTED && !(f & COUNTED)) this.count1(e);
   }
 
   private count1(e: number): void {
     this.flags[e]! |= COUNTED;
-    this.activeOf[this.rid[e]!]! += this.delta[e]!;
+    this.byReplica.activeOf[this.rid[e]!]! += this.delta[e]!;
     this.fleet.add(this.lo[e]!, this.hi[e]!, this.delta[e]!);
   }
 
   private uncount(e: number): void {
     this.flags[e]! &= ~COUNTED;
-    this.activeOf[this.rid[e]!]! -= this.delta[e]!;
+    this.byReplica.activeOf[this.rid[e]!]! -= this.delta[e]!;
     this.fleet.remove(this.lo[e]!, this.hi[e]!, this.delta[e]!);
   }
 
   private advanceWindow(since: number): void {
+    const { names, windowStart, recentOf } = this.byReplica;
     this.windowSince = since;
-    for (let r = 0; r < this.names.length; r++) {
-      let e = this.windowStart[r]!;
+    for (let r = 0; r < names.length; r++) {
+      let e = windowStart[r]!;
       for (; e !== NIL && this.last[e]! < since; e = this.next[e]!) {
         if (this.flags[e]! & COUNTED) this.uncount(e);
         this.flags[e]! &= ~IN_WINDOW;
-        this.recentOf[r]! -= this.delta[e]!;
+        recentOf[r]! -= this.delta[e]!;
       }
-      this.windowStart[r] = e;
+      windowStart[r] = e;
     }
   }
 
   private rebuildWindow(since: number): void {
+    const { names, head, windowStart, activeOf, recentOf } = this.byReplica;
     this.windowSince = since;
     this.fleet.clear();
-    for (let r = 0; r < this.names.length; r++) {
-      this.activeOf[r] = 0;
-      this.recentOf[r] = 0;
-      this.windowStart[r] = NIL;
-      for (let e = this.head[r]!; e !== NIL; e = this.next[e]!) {
+    for (let r = 0; r < names.length; r++) {
+      activeOf[r] = 0;
+      recentOf[r] = 0;
+      windowStart[r] = NIL;
+      for (let e = head[r]!; e !== NIL; e = this.next[e]!) {
         this.flags[e]! &= ~(IN_WINDOW | COUNTED);
         if (this.last[e]! < since) continue;
-        if (this.windowStart[r] === NIL) this.windowStart[r] = e;
+        if (windowStart[r] === NIL) windowStart[r] = e;
         this.flags[e]! |= IN_WINDOW;
-        this.recentOf[r]! += this.delta[e]!;
+        recentOf[r]! += this.delta[e]!;
         if (this.flags[e]! & PERSISTED) this.count1(e);
       }
     }
@@ -770,22 +747,23 @@ export class PrefixIndex {
    * matched. A larger budget takes older entries back in.
    */
   private enforceBounds(r: number): void {
-    const budget = this.budgetOf[r]!;
-    for (let e = this.heldStart[r]!; this.heldOf[r]! > budget && e !== NIL; e = this.next[e]!) {
+    const { names, head, newest, budgetOf, heldStart, heldOf } = this.byReplica;
+    const budget = budgetOf[r]!;
+    for (let e = heldStart[r]!; heldOf[r]! > budget && e !== NIL; e = this.next[e]!) {
       this.flags[e]! &= ~HELD;
-      this.heldOf[r]! -= this.delta[e]!;
-      this.heldStart[r] = this.next[e]!;
+      heldOf[r]! -= this.delta[e]!;
+      heldStart[r] = this.next[e]!;
     }
-    for (let e = this.heldStart[r] === NIL ? this.newest[r]! : this.prev[this.heldStart[r]!]!; e !== NIL; e = this.prev[e]!) {
-      if (this.heldOf[r]! + this.delta[e]! > budget) break;
+    for (let e = heldStart[r] === NIL ? newest[r]! : this.prev[heldStart[r]!]!; e !== NIL; e = this.prev[e]!) {
+      if (heldOf[r]! + this.delta[e]! > budget) break;
       this.flags[e]! |= HELD;
-      this.heldOf[r]! += this.delta[e]!;
-      this.heldStart[r] = e;
+      heldOf[r]! += this.delta[e]!;
+      heldStart[r] = e;
     }
     while (this.count > this.options.maxEntries) {
       let oldest = NIL;
-      for (let q = 0; q < this.names.length; q++) {
-        const h = this.head[q]!;
+      for (let q = 0; q < names.length; q++) {
+        const h = head[q]!;
         if (h !== NIL && (oldest === NIL || this.last[h]! < this.last[oldest]!)) oldest = h;
       }
       if (oldest === NIL) break;
@@ -823,6 +801,49 @@ export class PrefixIndex {
       while (this.slots[s] !== 0) s = (s + 1) & this.mask;
       this.slots[s] = e + 1;
     }
+  }
+}
+
+/** Each replica's columns, indexed by its id (an entry's `rid`): its LRU list's ends, its totals, its budget, where its held run and its part of the window start. */
+class ReplicaColumns {
+  readonly ids = new Map<string, number>();
+  readonly names: string[] = [];
+  /** Its LRU list's oldest and newest entries. */
+  readonly head: number[] = [];
+  readonly newest: number[] = [];
+  readonly charsOf: number[] = [];
+  readonly entriesOf: number[] = [];
+  readonly tipsOf: number[] = [];
+  readonly budgetOf: number[] = [];
+  /** The oldest entry still within its card's budget, and the characters from it to the newest. */
+  readonly heldStart: number[] = [];
+  readonly heldOf: number[] = [];
+  /** The oldest entry inside the capacity window. */
+  readonly windowStart: number[] = [];
+  readonly activeOf: number[] = [];
+  /** Characters of entries inside the window, persisted or not (what a card is busy holding). */
+  readonly recentOf: number[] = [];
+
+  /** The replica's id, given (with empty columns and no budget) the first time it is named. */
+  idOf(replica: string): number {
+    let r = this.ids.get(replica);
+    if (r !== undefined) return r;
+    r = this.names.length;
+    if (r >= 0xffff) throw new RangeError("more than 65,535 replica names");
+    this.ids.set(replica, r);
+    this.names.push(replica);
+    this.head.push(NIL);
+    this.newest.push(NIL);
+    this.charsOf.push(0);
+    this.entriesOf.push(0);
+    this.tipsOf.push(0);
+    this.budgetOf.push(Infinity);
+    this.heldStart.push(NIL);
+    this.heldOf.push(0);
+    this.windowStart.push(NIL);
+    this.activeOf.push(0);
+    this.recentOf.push(0);
+    return r;
   }
 }
 
