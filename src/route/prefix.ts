@@ -337,11 +337,13 @@ export class PrefixIndex {
   pooledReach(replicas: readonly string[], chars: number, chains: readonly PrefixChain[]): number {
     let occupied = 0;
     let budget = 0;
+    const { ids, budgetOf, heldOf, recentOf } = this.byReplica;
     for (const name of replicas) {
-      const card = this.lruWalk(name, chains, () => false);
-      if (!card) return -Infinity;
-      occupied += card.occupied;
-      budget += card.budget;
+      const r = ids.get(name);
+      const cardBudget = r === undefined ? Infinity : budgetOf[r]!;
+      if (r === undefined || !Number.isFinite(cardBudget)) return -Infinity;
+      occupied += Math.min(cardBudget, Math.max(heldOf[r]!, recentOf[r]!));
+      budget += cardBudget;
     }
     const over = occupied + chars - budget;
     if (over <= 0) return -Infinity;
