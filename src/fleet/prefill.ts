@@ -52,7 +52,7 @@ export class PrefillQueue {
     return this.pending.size;
   }
 
-  /** A rate was measured here (else `rate` is the default: a fleet's views price it at its peers' mean). */
+  /** A rate was measured here (else `rate` is the default: a fleet's views price it at the pool's, `pricedRates`). */
   get measured(): boolean {
     return this.seconds > 0;
   }
@@ -122,7 +122,7 @@ export class PrefillQueue {
    * fit of its overhead.
    */
   measurement(): RateMeasurement {
-    return { rate: this.rate, weight: this.weight(), work: this.work, seconds: this.seconds, timed: this.timed, fit: { ...this.fit } };
+    return { rate: this.rate, weight: this.weight(), work: this.work, seconds: this.seconds, timed: this.timed, fit: this.fit };
   }
 
   /** The prefill tokens of each request still prefilling here, oldest first. */
@@ -156,7 +156,7 @@ export interface RateMeasurement {
   work?: number;
   seconds?: number;
   timed?: number;
-  fit?: { n: number; w: number; t: number; ww: number; wt: number };
+  fit?: Readonly<{ n: number; w: number; t: number; ww: number; wt: number }>;
 }
 
 /** Timed first bytes a pool needs before its fixed overhead is fitted. */

@@ -290,37 +290,42 @@ export class PrefixIndex {
   }
 
   /**
-   * A replica's full card as its LRU cache evicts: what it holds is its budget once it was sent
-   * more than that within the window (else what the index holds of it), and the oldest goes
-   * first — the entry the budget cut through, for the part of it still there, then the oldest
-   * held. The links of `chains` held there are skipped: the request itself touches them.
-   * `visit` gets each entry and how much of it is resident, until it returns false. Returns
-   * the card's occupied characters and budget, or undefined for a KV not known (nothing visited).
+   * A replica's card as the index believes it: its budget (characters of KV) and what
+   * occupies it — its budget once it was sent more than that within the window, else what
+   * the index holds of it. Undefined for a KV not known.
    */
-  private lruWalk(replica: string, chains: readonly PrefixChain[], visit: (e: number, resident: number) => boolean): { occupied: number; budget: number } | undefined {
-    const { ids, newest, budgetOf, heldStart, heldOf, recentOf } = this.byReplica;
-    const r = ids.get(replica);
+  private occupancy(r: number | undefined): { occupied: number; budget: number } | undefined {
+    const { budgetOf, heldOf, recentOf } = this.byReplica;
     const budget = r === undefined ? Infinity : budgetOf[r]!;
     if (r === undefined || !Number.isFinite(budget)) return undefined;
+    return { occupied: Math.min(budget, Math.max(heldOf[r]!, recentOf[r]!)), budget };
+  }
+
+  /**
+   * A replica's full card as its LRU cache evicts (`occupancy`): the oldest goes first — the
+   * entry the budget cut through, for the part of it still there, then the oldest held. The
+   * links of `chains` held there are skipped: the request itself touches them. `visit` gets
+   * each entry and how much of it is resident, until it returns false; nothing for a KV not
+   * known.
+   */
+  private lruWalk(r: number, occupied: number, chains: readonly PrefixChain[], visit: (e: number, resident: number) => boolean): void {
+    const { newest, heldStart, heldOf } = this.byReplica;
     const held = heldOf[r]!;
-    const occupied = Math.min(budget, Math.max(held, recentOf[r]!));
     const own = new Set(this.chainEntries(r, chains));
     const start = heldStart[r]!;
     const cut = start === NIL ? newest[r]! : this.prev[start]!;
-    if (cut !== NIL && occupied > held && !own.has(cut) && !visit(cut, Math.min(this.delta[cut]!, occupied - held))) return { occupied, budget };
+    if (cut !== NIL && occupied > held && !own.has(cut) && !visit(cut, Math.min(this.delta[cut]!, occupied - held))) return;
     for (let e = start; e !== NIL; e = this.next[e]!) if (!own.has(e) && !visit(e, this.delta[e]!)) break;
-    return { occupied, budget };
   }
 
   /** What `chars` new characters would push out of a replica's full card (`lruWalk`'s order); `visit` gets each entry and how much of it goes. */
   private evictions(replica: string, chars: number, chains: readonly PrefixChain[], visit: (e: number, lost: number) => void): void {
-    const { ids, budgetOf, heldOf, recentOf } = this.byReplica;
-    const r = ids.get(replica);
-    const budget = r === undefined ? Infinity : budgetOf[r]!;
-    if (r === undefined || !Number.isFinite(budget)) return;
-    let over = Math.min(budget, Math.max(heldOf[r]!, recentOf[r]!)) + chars - budget;
+    const r = this.byReplica.ids.get(replica);
+    const card = this.occupancy(r);
+    if (!card) return;
+    let over = card.occupied + chars - card.budget;
     if (over <= 0) return;
-    this.lruWalk(replica, chains, (e, resident) => {
+    this.lruWalk(r!, card.occupied, chains, (e, resident) => {
       const lost = Math.min(resident, over);
       over -= lost;
       visit(e, lost);
@@ -335,23 +340,21 @@ export class PrefixIndex {
    * is not known: the pool's room is not either).
    */
   pooledReach(replicas: readonly string[], chars: number, chains: readonly PrefixChain[]): number {
-    let occupied = 0;
-    let budget = 0;
-    const { ids, budgetOf, heldOf, recentOf } = this.byReplica;
+    const cards: { r: number; occupied: number }[] = [];
+    let over = chars;
     for (const name of replicas) {
-      const r = ids.get(name);
-      const cardBudget = r === undefined ? Infinity : budgetOf[r]!;
-      if (r === undefined || !Number.isFinite(cardBudget)) return -Infinity;
-      occupied += Math.min(cardBudget, Math.max(heldOf[r]!, recentOf[r]!));
-      budget += cardBudget;
+      const r = this.byReplica.ids.get(name);
+      const card = this.occupancy(r);
+      if (!card) return -Infinity;
+      cards.push({ r: r!, occupied: card.occupied });
+      over += card.occupied - card.budget;
     }
-    const over = occupied + chars - budget;
     if (over <= 0) return -Infinity;
     // No card gives up more than `over`: each one's oldest that much, merged by last use.
     const oldest: { last: number; resident: number }[] = [];
-    for (const name of replicas) {
+    for (const { r, occupied } of cards) {
       let taken = 0;
-      this.lruWalk(name, chains, (e, resident) => {
+      this.lruWalk(r, occupied, chains, (e, resident) => {
         oldest.push({ last: this.last[e]!, resident });
         return (taken += resident) < over;
       });

@@ -41,7 +41,7 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
         return slotWait && r.slotWait ? Math.max(prefill, r.slotWait() + work / r.prefillRate) : prefill;
       };
 
-      const pick = rulePick(up, ctx, o, estimate, missing);
+      const pick = rulePick(up, ctx, o, held, estimate, missing);
       // Priced over the turns to come, not this one: the one re-prefill is the point.
       if (pick.reason === "room" || pick.reason === "wall") return pick;
       const price = (r: ReplicaView) => estimate(r, pick.reason === "cache");
@@ -78,12 +78,13 @@ function rulePick(
   up: ReplicaView[],
   ctx: PolicyContext,
   o: HybridOptions,
+  held: ReadonlyMap<string, number>,
   estimate: (r: ReplicaView) => number,
   missing: (r: ReplicaView) => number,
 ): Decision {
   // A prefix every live card holds (a preamble every request starts with) decides nothing:
   // it is cached wherever the request goes. Only what some cards hold and others do not does.
-  const common = commonHeld(up, ctx);
+  const common = commonHeld(up, held);
   const found = bestMatch(up, ctx);
   const owner = found && found.match.chars > common ? found : undefined;
   if (owner && ctx.continuation) return room(owner.replica, owner.match, up, ctx, o) ?? wall(owner.replica, up, ctx, estimate) ?? { replica: owner.replica.name, reason: "pin" };
@@ -104,8 +105,7 @@ function rulePick(
 }
 
 /** Characters of this request's prompt that every live card holds (0 when one holds none). */
-function commonHeld(up: readonly ReplicaView[], ctx: PolicyContext): number {
-  const held = new Map(ctx.matches().map((m) => [m.replica, m.chars]));
+function commonHeld(up: readonly ReplicaView[], held: ReadonlyMap<string, number>): number {
   let least = Infinity;
   for (const r of up) least = Math.min(least, held.get(r.name) ?? 0);
   return up.length > 1 && Number.isFinite(least) ? least : 0;
