@@ -25,6 +25,18 @@ describe("hybrid: the seed's rule at heart", () => {
     expect(picks.every((d) => d.reason === "spread")).toBe(true);
   });
 
+  it("a cold one-shot passes over the counter's card while it runs requests and another runs none: its prefill would share each step with their decodes", () => {
+    const task = (i: number) => chat([{ role: "user", content: words(2_000, `task ${i}`) }]);
+    const r = router("hybrid");
+    // gpu0, the counter's first pick, runs two requests past their first byte (no queue shows them).
+    const replicas = fleet(3, [{ inflight: 2, load: 2 }, {}, {}]);
+    expect(choice(send(r, task(0), replicas))).toEqual({ replica: "gpu1", reason: "spread" });
+    // Every card running something: the counter decides, where it left off.
+    for (const x of replicas) Object.assign(x, { inflight: 1, load: 1 });
+    const picks = [1, 2, 3].map((i) => choice(send(r, task(i), replicas)));
+    expect(picks).toEqual(["gpu1", "gpu2", "gpu0"].map((replica) => ({ replica, reason: "spread" })));
+  });
+
   it("a burst sharing a long system prompt still uses every card about evenly (the queue prices it)", () => {
     const r = router("hybrid");
     const replicas = fleet(2);
@@ -207,6 +219,20 @@ describe("hybrid: what a full card would lose", () => {
       const picks = [20, 21, 22].map((d) => Object.values(choice(send(r, docOf(d, 5_000), replicas, d))!).join(" "));
       expect(picks).toEqual([`${older} spread`, `${older} spread`, `${older} spread`]);
     }
+  });
+
+  it("…unless that card is prefilling while another idles: the wait there is certain, what the idle card pushes out costs only if asked for again", () => {
+    const docOf = (d: number, tokens: number) => chat([{ role: "user", content: words(tokens, `document ${d}`) }]);
+    const r = router("hybrid");
+    for (const name of ["gpu0", "gpu1"]) r.index.setBudget(name, budget);
+    const replicas = fleet(2, [{ budgetChars: budget }, { budgetChars: budget }]);
+    const on = (name: string) => [replicas.find((x) => x.name === name)!];
+    [15_000, 15_000, 15_000].forEach((t, d) => send(r, docOf(d, t), on("gpu0"), d));
+    [15_000, 20_000].forEach((t, d) => send(r, docOf(10 + d, t), on("gpu1"), 10 + d));
+    expect(choice(send(r, docOf(20, 5_000), replicas, 20))).toEqual({ replica: "gpu0", reason: "spread" });
+    // gpu0, which holds the fleet's oldest KV, is prefilling someone's request; gpu1 runs nothing.
+    Object.assign(replicas[0]!, { inflight: 1, load: 1, queuedTokens: 4_000 });
+    expect(choice(send(r, docOf(21, 5_000), replicas, 21))).toEqual({ replica: "gpu1", reason: "spread" });
   });
 
   it("a burst over a full card and one with room: the full card takes fewer while one cache of both would keep what it pushes out, and the queue still gives it its part", () => {

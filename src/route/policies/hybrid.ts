@@ -173,16 +173,36 @@ function wall(owner: ReplicaView, up: ReplicaView[], ctx: PolicyContext, estimat
  * The counter over the cards with KV room for this prompt — where it pushes out nothing one
  * cache of the fleet's KV would keep; when none has room, the card where it pushes out least, and of those the one sent
  * least for its KV within the window (whose cache turns over slowest).
+ *
+ * When the card so chosen runs requests and another runs none, the idle one takes it (of
+ * several, the one that pushes out least, then the counter's order): a prefill waits for those
+ * queued ahead and shares each engine step with the decodes running there (vLLM schedules
+ * running requests first in every step's budget: vllm/v1/core/sched/scheduler.py
+ * `Scheduler.schedule`; llama-server adds every generating slot's token to the batch before
+ * any prompt's: tools/server/server-context.cpp `update_slots`), a certain wait for this
+ * request, where what it pushes out costs only if asked for again. Only an idle card takes
+ * it, so the counter still keeps the backlogs even whenever every card is busy.
  */
 function coldSpread(up: ReplicaView[], ctx: PolicyContext, missing: (r: ReplicaView) => number): Decision {
   const lost = new Map(up.map((r) => [r, ctx.displaces(r.name, missing(r))]));
   const roomy = up.filter((r) => lost.get(r) === 0);
-  if (roomy.length > 0) return { replica: roomy[ctx.counter % roomy.length]!.name, reason: "spread", usedCounter: true };
+  const picked = roomy.length > 0 ? { replica: roomy[ctx.counter % roomy.length]!, usedCounter: true } : { replica: leastLost(up, lost) };
+  const idle = (r: ReplicaView) => r.inflight === 0 && r.queuedTokens === 0;
+  let choice = picked.replica;
+  for (let i = 0; !idle(picked.replica) && i < up.length; i++) {
+    const r = up[(ctx.counter + i) % up.length]!;
+    if (idle(r) && (choice === picked.replica || lost.get(r)! < lost.get(choice)!)) choice = r;
+  }
+  return { replica: choice.name, reason: "spread", ...(picked.usedCounter ? { usedCounter: true } : {}) };
+}
+
+/** The card where a cold prompt pushes out least, and of those the one sent least for its KV within the window. */
+function leastLost(up: ReplicaView[], lost: ReadonlyMap<ReplicaView, number>): ReplicaView {
   const demand = (r: ReplicaView) => r.recentChars / r.budgetChars;
   let least = up[0]!;
   for (const r of up) {
     const d = lost.get(r)! - lost.get(least)!;
     if (d < 0 || (d === 0 && demand(r) < demand(least))) least = r;
   }
-  return { replica: least.name, reason: "spread" };
+  return least;
 }
