@@ -12,7 +12,8 @@ const { values } = parseArgs({
 });
 
 const result = await Bun.build({
-  entrypoints: ["src/cli.ts"],
+  // The bench's sims on threads (--sim-threads) load this one as a Worker: an entrypoint of its own.
+  entrypoints: ["src/cli.ts", "src/sim/thread-worker.ts"],
   minify: true,
   compile: {
     outfile: values.outfile!,

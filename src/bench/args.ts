@@ -54,6 +54,8 @@ export interface BenchOptions {
   card: ProfileName;
   /** What the bench routers' router.toml says of each sim's kv_tokens (sims only). */
   kvTokens: KvTokensSetting;
+  /** Each sim on its own thread (sims only). */
+  simThreads: boolean;
   workloads: WorkloadName[];
   agent: AgentSpec;
   burst: BurstSpec & { count: number };
@@ -226,6 +228,11 @@ export const benchArgs = {
   "kv-tokens": {
     type: "string",
     description: "Sims: what the routers' router.toml says of each replica's kv_tokens: none (default: discovered from the engine or learnt), true (the sims' real KV), or Fx (F times the real KV, e.g. 6x)",
+  },
+  "sim-threads": {
+    type: "boolean",
+    description: "Sims: each on its own thread, its timers apart from the routers' and the client's (docs/bench.md#timer-lag)",
+    default: false,
   },
   oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims", negativeDescription: "Skip the oracle arm (it asks every sim what it holds, so it needs sims)", default: true },
   workload: { type: "string", description: `Comma-separated workloads (default all: ${WORKLOAD_NAMES.join(",")})` },
@@ -431,6 +438,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       maxOutput: num("trace-max-output", DEFAULTS.trace.maxOutput),
     },
     pooled: raw.pooled !== false,
+    simThreads: raw["sim-threads"] === true,
     runs: num("runs", 1),
     ...(str("json") ? { json: str("json")! } : {}),
     ...(str("report") ? { report: str("report")! } : {}),
@@ -449,6 +457,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     for (const key of ["engine", "template", "kv-tokens", "card"] as const) {
       if (str(key) !== undefined) problems.push(`--${key}: only with simulated replicas (--config benches the replicas as they are, with its own kv_tokens)`);
     }
+    if (raw["sim-threads"] === true) problems.push("--sim-threads: only with simulated replicas (--config benches replicas that run apart already)");
   }
   const traceFlags = (Object.keys(benchArgs) as (keyof typeof benchArgs)[]).filter((k) => k.startsWith("trace") && str(k) !== undefined);
   if (str("card")?.includes(",")) problems.push(`--card ${JSON.stringify(str("card"))}: one card a bench`);

@@ -64,7 +64,7 @@ export async function bench(options: BenchOptions, io: BenchIo, target?: Target)
       const setups: Setup[] = options.engines.flatMap((engine) => options.templates.map((template) => ({ engine, template })));
       for (const setup of setups) {
         // Fresh sims for every setup: no engine starts from another's cache or counters.
-        const own = await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...setup, card: options.card, kvTokens: options.kvTokens, ...(fleet ? { fleet } : {}) });
+        const own = await simTarget({ replicas: options.sim, timeScale: options.timeScale, ...setup, card: options.card, kvTokens: options.kvTokens, threads: options.simThreads, ...(fleet ? { fleet } : {}) });
         blocks.push(await benchTarget(own, options, io, fleet, redis !== undefined, trace).finally(() => own.stop()));
       }
     }

@@ -9,6 +9,7 @@ import type { WorkloadName } from "./args.ts";
 import { FAILED_MARK, fmt, hasBlocks, sampleSize, spreadOf, tierOf, type Matrix, type Tier } from "./matrix.ts";
 import {
   correctionSummary,
+  timerLagText,
   describeRun,
   headlineLines,
   headlines,
@@ -289,6 +290,7 @@ export function renderHtml(blocks: readonly EngineBlock[], matrix: Matrix): stri
   const first = blocks[0]!.result;
   const { title, where } = describeRun(blocks, matrix.runs);
   const corrections = correctionSummary(blocks);
+  const lag = timerLagText(blocks);
   const sections = blocks.flatMap((b, i) => blockSections(b, matrix.runs, blocks.length > 1 && b.label ? `${b.label}: ` : "", i === 0));
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmroute bench ${escapeHtml(blocks.map((b) => b.result.run).join(", "))}</title><style>${CSS}</style></head>
@@ -297,7 +299,8 @@ export function renderHtml(blocks: readonly EngineBlock[], matrix: Matrix): stri
 <p class="note">${escapeHtml(title)}, started ${escapeHtml(first.startedAt)}. ${escapeHtml(where)}.
 Every arm starts from a cold, equal fleet; every prompt opens with a salt line unique to the run, workload and arm. n = sample size.</p>
 ${matrixHtml(matrix)}
-<p class="${corrections.false > 0 ? "alarm" : "note"}">${escapeHtml(corrections.text)}</p>
+<p class="${corrections.false > 0 ? "alarm" : "note"}">${escapeHtml(corrections.text)}</p>${lag ? `
+<p class="note">${escapeHtml(lag)}</p>` : ""}
 ${sections.join("\n")}
 </body></html>
 `;

@@ -756,10 +756,32 @@ export function correctionSummary(blocks: readonly EngineBlock[]): CorrectionSum
   return out;
 }
 
+/**
+ * How late the bench process's timers fired, in model time: with sims, everything shares one
+ * event loop (lag.ts), so a TTFT difference within this is noise. Undefined on real replicas.
+ */
+export function timerLagText(blocks: readonly EngineBlock[]): string | undefined {
+  const arms = blocks.flatMap((b) => b.result.workloads.flatMap((w) => w.arms.flatMap((a) => (a.timerLag ? [{ where: `${b.label ? `${b.label} ` : ""}${w.workload} ${a.arm}`, lag: a.timerLag }] : []))));
+  if (arms.length === 0) return undefined;
+  const scale = blocks[0]!.result.target.timeScale;
+  const model = (ms: number) => int(ms / scale);
+  const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
+  const worst = arms.reduce((w, a) => (a.lag.p99Ms > w.lag.p99Ms ? a : w));
+  const magnified = scale === 1 ? "" : `, magnified ${+(1 / scale).toFixed(1)}× by the time scale`;
+  const who = blocks.every((b) => b.result.target.sim?.threads) ? "the routers and client (the sims on threads of their own)" : "the sims, routers and client";
+  return (
+    `Timer lag: ${who} share this process's event loop${magnified}; its timers fired late by a median ` +
+    `${model(median(arms.map((a) => a.lag.p50Ms)))} ms (p50) and ${model(median(arms.map((a) => a.lag.p99Ms)))} ms (p99) of model time an arm, ` +
+    `worst p99 ${model(worst.lag.p99Ms)} ms (${worst.where}). A TTFT difference within that is noise.`
+  );
+}
+
 /** The whole text report: the matrix and the corrections line, then per engine setup and workload its table(s), then the headline ratios. */
 export function renderText(blocks: readonly EngineBlock[], matrix: Matrix): string {
   const { title, where } = describeRun(blocks, matrix.runs);
   const parts = [`llmroute bench · ${title} · ${where}`, "", matrixText(matrix), correctionSummary(blocks).text];
+  const lag = timerLagText(blocks);
+  if (lag) parts.push(lag);
   let explained = false;
   for (const block of blocks) {
     const { result, summaries } = block;
@@ -801,6 +823,8 @@ export function poolRuns(results: readonly BenchResult[]): BenchResult {
         wallMs: all.reduce((sum, x) => sum + x.wallMs, 0),
       };
       if (all.some((x) => x.warnings)) pooled.warnings = [...new Set(all.flatMap((x) => x.warnings ?? []))];
+      const lags = all.flatMap((x) => (x.timerLag ? [x.timerLag] : []));
+      if (lags.length > 0) pooled.timerLag = lags.reduce((worst, l) => (l.p99Ms > worst.p99Ms ? l : worst));
       if (all.every((x) => x.sim)) {
         const sum = (f: (x: ArmResult) => number) => all.reduce((total, x) => total + f(x), 0);
         pooled.sim = { preemptions: sum((x) => x.sim!.preemptions), evictedBlocks: sum((x) => x.sim!.evictedBlocks) };

@@ -12,6 +12,7 @@ import { routerCapacityWarnings, summarizeArm } from "./report.ts";
 import type { Outcome, SimStop } from "./client.ts";
 import type { Arm, ArmName, SimTotals, Target } from "./targets.ts";
 import { traceYardstick, type TraceYardstick } from "./pooled.ts";
+import { watchTimerLag, type TimerLag } from "./lag.ts";
 import { loadTrace, type TracePlan } from "./trace.ts";
 import { traceMessages } from "./trace-text.ts";
 import {
@@ -98,6 +99,8 @@ export interface ArmResult {
   sim?: SimTotals;
   /** The KV (tokens) the router believed each replica holds at the end of the arm (/status; 0 = unknown); undefined for the oracle. */
   kvBelieved?: Record<string, number>;
+  /** With sims: how late this process's timers fired over the arm, real ms (lag.ts). Several runs pooled: the worst run's. */
+  timerLag?: TimerLag;
 }
 
 export interface WorkloadResult {
@@ -117,8 +120,8 @@ export interface BenchResult {
     timeScale: number;
     model: string;
     engine?: string;
-    /** Sims: the engine profile, the chat template, what the routers' router.toml said of kv_tokens ("none", "true", "6x"), and the card they were sized as. */
-    sim?: { engine: string; template: string; kvTokens: string; card: string };
+    /** Sims: the engine profile, the chat template, what the routers' router.toml said of kv_tokens ("none", "true", "6x"), the card they were sized as, and whether each ran on its own thread. */
+    sim?: { engine: string; template: string; kvTokens: string; card: string; threads?: boolean };
   };
   options: BenchOptions;
   startedAt: string;
@@ -227,7 +230,7 @@ export async function runBench(target: Target, options: BenchOptions, run: strin
       timeScale: target.timeScale,
       model: target.model,
       ...(target.engine ? { engine: target.engine } : {}),
-      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens), card: target.sim.card } } : {}),
+      ...(target.sim ? { sim: { engine: target.sim.engine, template: target.sim.template, kvTokens: kvTokensLabel(target.sim.kvTokens), card: target.sim.card, ...(target.sim.threads ? { threads: true } : {}) } } : {}),
     },
     options,
     startedAt,
@@ -270,9 +273,12 @@ export async function runArm(
     },
   };
   ctx.progress.status("starting");
+  // Sims run in this process: how late its timers fire is the noise in every time they report.
+  const lag = target.kind === "sim" ? watchTimerLag() : undefined;
   try {
     const driven = await DRIVERS[workload](ctx, options);
     const result: ArmResult = { arm: name, samples: driven.samples, bursts: driven.bursts ?? [], wallMs: ctx.now() };
+    if (lag) result.timerLag = lag.stop();
     if (arm.status) {
       const status = await arm.status();
       result.warnings = routerCapacityWarnings(status);
@@ -282,6 +288,7 @@ export async function runArm(
     if (sim) result.sim = sim;
     return result;
   } finally {
+    lag?.stop();
     await arm.stop();
   }
 }

@@ -14,7 +14,8 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
-import { DEFAULT_ENGINE, DEFAULT_PROFILE, startSim, startSimFleet, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, startSim, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type StartSimOptions, type TemplateName } from "../sim/index.ts";
+import { startSimThread, type SimHandle } from "../sim/thread.ts";
 import type { KvTokensSetting } from "./args.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
 import { routerFleetArm, type RouterFleetOptions } from "./routers.ts";
@@ -50,7 +51,7 @@ export interface Target {
   /** What engine (and version) the replicas run, as discovered: the report names it. */
   engine?: string;
   /** Sims: the engine profile and chat template they imitate, the card they are sized as, and what the routers' router.toml says of their KV. */
-  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting; card: ProfileName };
+  sim?: { engine: EngineProfileName; template: TemplateName; kvTokens: KvTokensSetting; card: ProfileName; threads: boolean };
   /** Empty every replica's cache and counters (sims only; a no-op on real replicas). */
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
@@ -287,6 +288,8 @@ export interface SimTargetOptions {
   adminListen?: string;
   /** Several router instances per arm (--routers N). */
   fleet?: RouterFleetOptions;
+  /** Each sim on its own thread (--sim-threads), its timers apart from the routers' and the client's. */
+  threads?: boolean;
 }
 
 /** N simulated replicas in this process, sized as `card` (3090-class by default). */
@@ -295,19 +298,20 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
   const template = options.template ?? "chatml";
   const kvTokens = options.kvTokens ?? { kind: "none" };
   const card = options.card ?? DEFAULT_PROFILE;
-  const sims: SimServer[] = await startSimFleet({ replicas: options.replicas, profile: card, timeScale: options.timeScale, engine, template });
+  const start = (o: StartSimOptions) => (options.threads ? startSimThread(o) : startSim(o).then(inProcess));
+  const sims = await startAll(options.replicas, (i) => start({ name: `gpu${i}`, profile: card, timeScale: options.timeScale, engine, template }));
   // The pooled arm's one sim, started when first asked for; reset and counted with the others.
-  let pooled: SimServer | undefined;
+  let pooled: SimHandle | undefined;
   const all = () => (pooled ? [...sims, pooled] : sims);
   // As `llmroute sim` prints the fragment (routerTomlSnippet): Ollama has neither /health nor /metrics.
-  const ollama = (s: SimServer) => s.app.profile.family === "ollama";
+  const ollama = (s: SimHandle) => s.family === "ollama";
   const replicas: ReplicaInfo[] = sims.map((s) => ({
     name: s.name,
     url: s.url,
-    kvTokens: s.app.options.kvTokens,
+    kvTokens: s.options.kvTokens,
     ...(ollama(s) ? { healthPath: "/api/version", metrics: false as const } : {}),
   }));
-  const model = sims[0]!.app.options.model;
+  const model = sims[0]!.options.model;
   const healthIntervalMs = simHealthIntervalMs(options.timeScale);
   const toml = (rs: readonly ReplicaInfo[], policy: PolicyName, adminListen?: string) =>
     routerToml(rs, policy, model, { kvTokens, healthIntervalMs, timeScale: options.timeScale, ...(adminListen ? { adminListen } : {}) });
@@ -316,7 +320,7 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
     replicas,
     timeScale: options.timeScale,
     model,
-    sim: { engine, template, kvTokens, card },
+    sim: { engine, template, kvTokens, card, threads: options.threads === true },
     async reset() {
       await Promise.all(
         all().map(async (s) => {
@@ -353,11 +357,11 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
             }),
           ),
         );
-        return oracleArm(replicas, sims[0]!.app.options.cachedTokenCost, { via });
+        return oracleArm(replicas, sims[0]!.options.cachedTokenCost, { via });
       }
       if (name === "pooled") {
-        pooled ??= await startSim(pooledSimOptions(sims[0]!.app.options, sims.length));
-        const one: ReplicaInfo = { name: pooled.name, url: pooled.url, kvTokens: pooled.app.options.kvTokens };
+        pooled ??= await start(pooledSimOptions(sims[0]!.options, sims.length));
+        const one: ReplicaInfo = { name: pooled.name, url: pooled.url, kvTokens: pooled.options.kvTokens };
         // Like the oracle's hop: one router with one replica, no choice to make.
         return { ...(await routerArm(parseConfig(toml([one], "hybrid"), "<bench pooled>", { env: {} }))), name: "pooled" };
       }
@@ -368,6 +372,20 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
       await Promise.all(all().map((s) => s.stop()));
     },
   };
+}
+
+const inProcess = (s: SimServer): SimHandle => ({ name: s.name, url: s.url, options: s.app.options, family: s.app.profile.family, stop: () => s.stop() });
+
+/** Start `n` sims, one after the other; if one cannot start, the others are stopped. */
+async function startAll(n: number, start: (i: number) => Promise<SimHandle>): Promise<SimHandle[]> {
+  const started: SimHandle[] = [];
+  try {
+    for (let i = 0; i < n; i++) started.push(await start(i));
+  } catch (error) {
+    await Promise.all(started.map((s) => s.stop()));
+    throw error;
+  }
+  return started;
 }
 
 /**

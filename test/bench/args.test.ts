@@ -145,6 +145,7 @@ describe("parseBenchArgs", () => {
     [{ config: "router.toml", engine: "sglang" }, /--engine: only with simulated replicas/],
     [{ config: "router.toml", template: "deepseek-r1" }, /--template: only with simulated replicas/],
     [{ config: "router.toml", "kv-tokens": "6x" }, /--kv-tokens: only with simulated replicas \(--config benches the replicas as they are, with its own kv_tokens\)/],
+    [{ config: "router.toml", "sim-threads": true }, /--sim-threads: only with simulated replicas/],
     [{ workload: "trace" }, /--workload trace: needs --trace FILE/],
     [{ trace: "t.jsonl", "trace-sample": "0.5" }, /--trace-sample 0\.5: must be >= 1/],
     [{ trace: "t.jsonl", "trace-shape": "chat,flat" }, /--trace-shape "chat,flat": one shape a run/],

@@ -129,6 +129,28 @@ describe("flat-shaped, one run", () => {
   });
 });
 
+describe("sims on threads of their own (--sim-threads)", () => {
+  it("the same replay answered in full, the pooled arm's sim on a thread too, and the timer-lag line says the sims ran apart", async () => {
+    const threaded = await simTarget({ replicas: 2, timeScale: 0.002, threads: true });
+    try {
+      const plan = await loadTrace({ ...TRACE_DEFAULTS, file: SMALL, blockTokens: 64, startMinutes: 1, warmupMinutes: 1, minutes: 4 });
+      const out = await bench(
+        parseBenchArgs({ trace: SMALL, ...window, policies: "hybrid", oracle: false, "sim-threads": true }),
+        { out: () => {}, progress: { status: () => {}, line: () => {} } },
+        threaded,
+      );
+      expect(out.errors).toBe(0);
+      const arms = out.blocks[0]!.summaries[0]!.arms;
+      expect(arms.map((a) => a.arm)).toEqual(["hybrid", "pooled"]);
+      for (const a of arms) expect(a.trace!.n).toBe(plan.requests.filter((r) => !r.warmup).length);
+      expect(arms[0]!.trace!.hitRate).toBeGreaterThan(0);
+      expect(out.text).toMatch(/^Timer lag: the routers and client \(the sims on threads of their own\) share this process's event loop, magnified 500× by the time scale;/m);
+    } finally {
+      await threaded.stop();
+    }
+  });
+});
+
 describe("a bad trace stops the bench before it starts anything", () => {
   it("exit 2, the file, line and field on stderr, no run begun", async () => {
     const file = join(await tempDir("llmroute-trace-bad-"), "bad.jsonl");

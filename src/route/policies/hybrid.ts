@@ -3,11 +3,11 @@
  * to first token. A continuation goes to the replica holding its conversation (pin) unless
  * that card no longer keeps it (room) or its turns wait at the card's KV wall for longer than
  * moving costs (wall); a one-shot whose long prefix is held somewhere goes there (cache); a
- * session key is a soft hint (session); anything else is spread by the counter (spread). A
- * prefix every live card holds decides nothing. Then every live replica is priced in time to
- * first token, and the rule's pick stands unless another is faster by `margin`,
- * `min_gain_tokens` and the prefix it would copy (cost). The rules, their measurements and
- * prior art: docs/routing.md#how-hybrid-decides-the-cost-model.
+ * session key is a soft hint (session); anything else is spread by the counter, or to an idle
+ * card while the counter's is busy (spread). A prefix every live card holds decides nothing.
+ * Then every live replica is priced in time to first token, and the rule's pick stands unless
+ * another is faster by `margin`, `min_gain_tokens` and the prefix it would copy (cost). The
+ * rules, their measurements and prior art: docs/routing.md#how-hybrid-decides-the-cost-model.
  */
 import { DEFAULT_HYBRID, type HybridOptions } from "../options.ts";
 import { bestMatch, live, prefillAhead, type Decision, type Policy, type PolicyContext, type ReplicaView } from "../policy.ts";
