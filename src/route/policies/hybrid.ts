@@ -189,9 +189,11 @@ function coldSpread(up: ReplicaView[], ctx: PolicyContext, missing: (r: ReplicaV
   const picked = roomy.length > 0 ? { replica: roomy[ctx.counter % roomy.length]!, usedCounter: true } : { replica: leastLost(up, lost) };
   const idle = (r: ReplicaView) => r.inflight === 0 && r.queuedTokens === 0;
   let choice = picked.replica;
-  for (let i = 0; !idle(picked.replica) && i < up.length; i++) {
-    const r = up[(ctx.counter + i) % up.length]!;
-    if (idle(r) && (choice === picked.replica || lost.get(r)! < lost.get(choice)!)) choice = r;
+  if (!idle(choice)) {
+    for (let i = 0; i < up.length; i++) {
+      const r = up[(ctx.counter + i) % up.length]!;
+      if (idle(r) && (choice === picked.replica || lost.get(r)! < lost.get(choice)!)) choice = r;
+    }
   }
   return { replica: choice.name, reason: "spread", ...(picked.usedCounter ? { usedCounter: true } : {}) };
 }
