@@ -5,6 +5,7 @@
  * below 1 magnifies that hold-up in model time (0.1: ten times). The report prints it, so a
  * TTFT difference smaller than the lag is read as the noise it is (docs/bench.md#timer-lag).
  */
+import { quantile } from "./stats.ts";
 
 /** Real milliseconds a timer fired late: quantiles over the arm. */
 export interface TimerLag {
@@ -36,7 +37,6 @@ export function watchTimerLag(intervalMs = 10, now: () => number = () => perform
 }
 
 export function lagQuantiles(lags: readonly number[]): TimerLag {
-  const sorted = [...lags].sort((a, b) => a - b);
-  const at = (q: number) => (sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!);
-  return { p50Ms: at(0.5), p99Ms: at(0.99), maxMs: sorted.at(-1) ?? 0, n: sorted.length };
+  if (lags.length === 0) return { p50Ms: 0, p99Ms: 0, maxMs: 0, n: 0 };
+  return { p50Ms: quantile(lags, 0.5), p99Ms: quantile(lags, 0.99), maxMs: Math.max(...lags), n: lags.length };
 }

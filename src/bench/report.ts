@@ -10,7 +10,7 @@ import type { StatusDocument } from "../ops/telemetry.ts";
 import { SEEDED_WORKLOADS, type WorkloadName } from "./args.ts";
 import type { ArmResult, BenchResult, Sample, WorkloadResult } from "./run.ts";
 import { burstFigure, fmt, keyFigure, matrixText, type Matrix } from "./matrix.ts";
-import { ratio, shares, summarize, type Summary } from "./stats.ts";
+import { median, ratio, shares, summarize, type Summary } from "./stats.ts";
 import type { TraceYardstick } from "./pooled.ts";
 import { measuredOf, summarizeTraceArm, traceCardTable, TRACE_NOTE, traceTable, yardstickLine, type TraceArmSummary } from "./trace-report.ts";
 
@@ -765,7 +765,6 @@ export function timerLagText(blocks: readonly EngineBlock[]): string | undefined
   if (arms.length === 0) return undefined;
   const scale = blocks[0]!.result.target.timeScale;
   const model = (ms: number) => int(ms / scale);
-  const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
   const worst = arms.reduce((w, a) => (a.lag.p99Ms > w.lag.p99Ms ? a : w));
   const magnified = scale === 1 ? "" : `, magnified ${+(1 / scale).toFixed(1)}× by the time scale`;
   const who = blocks.every((b) => b.result.target.sim?.threads) ? "the routers and client (the sims on threads of their own)" : "the sims, routers and client";

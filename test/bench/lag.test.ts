@@ -24,9 +24,12 @@ describe("watchTimerLag", () => {
     expect(lag.maxMs).toBeGreaterThanOrEqual(60);
   });
 
-  it("quantiles are read from the sorted lags", () => {
+  it("quantiles as every bench figure reads them (stats.ts: interpolated between ranks)", () => {
     const lags = Array.from({ length: 100 }, (_, i) => 100 - i); // 100 … 1
-    expect(lagQuantiles(lags)).toEqual({ p50Ms: 51, p99Ms: 100, maxMs: 100, n: 100 });
+    const q = lagQuantiles(lags);
+    expect(q.p50Ms).toBeCloseTo(50.5, 10);
+    expect(q.p99Ms).toBeCloseTo(99.01, 10);
+    expect([q.maxMs, q.n]).toEqual([100, 100]);
     expect(lagQuantiles([])).toEqual({ p50Ms: 0, p99Ms: 0, maxMs: 0, n: 0 });
   });
 });
@@ -52,7 +55,7 @@ describe("the report's timer-lag line", () => {
     const r = run("a", [[1, 4], [2, 30]]);
     const line = timerLagText([engineBlock([r])]);
     expect(line).toBe(
-      "Timer lag: the sims, routers and client share this process's event loop, magnified 10× by the time scale; its timers fired late by a median 10 ms (p50) and 40 ms (p99) of model time an arm, worst p99 300 ms (agent hybrid). A TTFT difference within that is noise.",
+      "Timer lag: the sims, routers and client share this process's event loop, magnified 10× by the time scale; its timers fired late by a median 15 ms (p50) and 170 ms (p99) of model time an arm, worst p99 300 ms (agent hybrid). A TTFT difference within that is noise.",
     );
     const text = renderText([engineBlock([r])], buildMatrix([r.workloads.map((w) => summarizeWorkload(w, ["gpu0"]))]));
     expect(text).toContain(line!);
