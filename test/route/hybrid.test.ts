@@ -160,6 +160,27 @@ describe("hybrid: the cases in between, by estimated time to first token", () =>
     expect(choice(send(router("hybrid"), task(0), fleet(2, [queued, { inflight: 12, load: 12 }])))).toEqual({ replica: "gpu0", reason: "spread" });
   });
 
+  it("a prefix every card holds is no copy: a question over a system prompt both cards hold moves for its price as a cold one would (llm-d's shared_prefix)", () => {
+    const r = router("hybrid");
+    const replicas = fleet(2);
+    const system = words(6_000, "group system prompt");
+    const ask = (i: number) => chat([{ role: "system", content: system }, { role: "user", content: words(1_200, `question ${i}`) }]);
+    // The first question is served on gpu0; the second, while gpu0 queues 50k tokens, on gpu1.
+    expect(choice(send(r, ask(0), replicas))).toEqual({ replica: "gpu0", reason: "spread" });
+    replicas[0]!.queuedTokens = 50_000;
+    expect(choice(send(r, ask(1), replicas))).toEqual({ replica: "gpu1", reason: "cost" });
+    // Both hold the prompt and both run a request; gpu0 queues 5,000 tokens (1.55 s to a first
+    // token there), gpu1 none (0.3 s). Moving copies nothing: gpu1 holds all gpu0 would reuse.
+    Object.assign(replicas[0]!, { queuedTokens: 5_000, inflight: 1, load: 1 });
+    Object.assign(replicas[1]!, { queuedTokens: 0, inflight: 1, load: 1 });
+    const picks = [2, 3].map((i) => choice(send(r, ask(i), replicas)));
+    // The counter's turn: gpu1 for the first, gpu0 for the next, which its price moves.
+    expect(picks).toEqual([
+      { replica: "gpu1", reason: "spread" },
+      { replica: "gpu1", reason: "cost" },
+    ]);
+  });
+
   it("a cold conversation is placed where the card has KV room for it", () => {
     const r = router("hybrid");
     const budget = 122_636 * TOKEN;

@@ -61,10 +61,12 @@ export function createHybrid(options: Partial<HybridOptions> = {}): Policy {
           bestCost = cost;
         }
       }
-      // Leaving a replica that holds this request's prefix copies the prefix: the fleet
-      // prefills it again and holds it twice. Worth it only when the holder's queue costs
-      // more than that prefill on top of the usual margin.
-      const copied = pick.reason === "session" ? 0 : (held.get(picked.name) ?? 0) / picked.charsPerToken / picked.prefillRate;
+      // Leaving a replica that holds this request's prefix copies what the new card lacks of
+      // it: the fleet prefills that again and holds it twice. Worth it only when the holder's
+      // queue costs more than that prefill on top of the usual margin. What both hold (a
+      // system prompt every card has served) copies nothing.
+      const lacks = Math.max(0, (held.get(picked.name) ?? 0) - (held.get(best.name) ?? 0));
+      const copied = pick.reason === "session" ? 0 : lacks / picked.charsPerToken / picked.prefillRate;
       const gain = pickCost - bestCost;
       if (best !== picked && gain > Math.max(o.margin * pickCost, copied) && gain * picked.prefillRate >= o.min_gain_tokens) {
         return { replica: best.name, reason: "cost", ...(pick.usedCounter ? { usedCounter: true } : {}) };
