@@ -54,7 +54,7 @@ export interface BenchOptions {
   card: ProfileName;
   /** What the bench routers' router.toml says of each sim's kv_tokens (sims only). */
   kvTokens: KvTokensSetting;
-  /** Each sim on its own thread (sims only). */
+  /** Each sim on its own thread (sims only; on unless --no-sim-threads). */
   simThreads: boolean;
   workloads: WorkloadName[];
   agent: AgentSpec;
@@ -229,10 +229,11 @@ export const benchArgs = {
     type: "string",
     description: "Sims: what the routers' router.toml says of each replica's kv_tokens: none (default: discovered from the engine or learnt), true (the sims' real KV), or Fx (F times the real KV, e.g. 6x)",
   },
+  // No citty default: --sim-threads given with --config is a mistake to report, the default is not.
   "sim-threads": {
     type: "boolean",
-    description: "Sims: each on its own thread, its timers apart from the routers' and the client's (docs/bench.md#timer-lag)",
-    default: false,
+    description: "Sims: each on its own thread, its timers apart from the routers' and the client's (default on; docs/bench.md#timer-lag)",
+    negativeDescription: "Sims: run them in the bench's own process, their timers sharing the routers' and the client's event loop",
   },
   oracle: { type: "boolean", description: "Add the bench-only oracle arm on sims", negativeDescription: "Skip the oracle arm (it asks every sim what it holds, so it needs sims)", default: true },
   workload: { type: "string", description: `Comma-separated workloads (default all: ${WORKLOAD_NAMES.join(",")})` },
@@ -438,7 +439,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
       maxOutput: num("trace-max-output", DEFAULTS.trace.maxOutput),
     },
     pooled: raw.pooled !== false,
-    simThreads: raw["sim-threads"] === true,
+    simThreads: raw["sim-threads"] !== false,
     runs: num("runs", 1),
     ...(str("json") ? { json: str("json")! } : {}),
     ...(str("report") ? { report: str("report")! } : {}),

@@ -288,7 +288,7 @@ export interface SimTargetOptions {
   adminListen?: string;
   /** Several router instances per arm (--routers N). */
   fleet?: RouterFleetOptions;
-  /** Each sim on its own thread (--sim-threads), its timers apart from the routers' and the client's. */
+  /** Each sim on its own thread (the bench CLI's default; --no-sim-threads: not), its timers apart from the routers' and the client's. */
   threads?: boolean;
 }
 

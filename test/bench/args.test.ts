@@ -28,6 +28,13 @@ describe("parseBenchArgs", () => {
     expect(o.kvTokens).toEqual({ kind: "none" });
   });
 
+  it("sims run on threads of their own unless --no-sim-threads; --config without the flag is no mistake", () => {
+    expect(parseBenchArgs({}).simThreads).toBe(true);
+    expect(parseBenchArgs({ "sim-threads": true }).simThreads).toBe(true);
+    expect(parseBenchArgs({ "sim-threads": false }).simThreads).toBe(false);
+    expect(() => parseBenchArgs({ config: "router.toml" })).not.toThrow();
+  });
+
   it("--engine and --template take lists of the sim's profiles and modes", () => {
     const o = parseBenchArgs({ engine: "vllm, llamacpp,ollama,vllm", template: "chatml,qwen3-reasoning" });
     expect(o.engines).toEqual(["vllm", "llamacpp", "ollama"]);
