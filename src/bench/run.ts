@@ -273,7 +273,8 @@ export async function runArm(
     },
   };
   ctx.progress.status("starting");
-  // Sims run in this process: how late its timers fire is the noise in every time they report.
+  // With sims, times are model time: how late this process's timers fire (the routers' and the
+  // client's; the sims' too when they run here, --no-sim-threads) is noise in every time reported.
   const lag = target.kind === "sim" ? watchTimerLag() : undefined;
   try {
     const driven = await DRIVERS[workload](ctx, options);

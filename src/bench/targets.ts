@@ -14,7 +14,7 @@ import { memoryLog } from "../log.ts";
 import type { StatusDocument } from "../ops/telemetry.ts";
 import type { RequestRecord } from "../proxy/proxy.ts";
 import { startRouter } from "../proxy/server.ts";
-import { DEFAULT_ENGINE, DEFAULT_PROFILE, startSim, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type StartSimOptions, type TemplateName } from "../sim/index.ts";
+import { DEFAULT_ENGINE, DEFAULT_PROFILE, startEach, startSim, type EngineProfileName, type ProfileName, type SimOptions, type SimServer, type SimState, type StartSimOptions, type TemplateName } from "../sim/index.ts";
 import { startSimThread, type SimHandle } from "../sim/thread.ts";
 import type { KvTokensSetting } from "./args.ts";
 import { sendChat, type FetchLike, type Outcome } from "./client.ts";
@@ -299,7 +299,7 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
   const kvTokens = options.kvTokens ?? { kind: "none" };
   const card = options.card ?? DEFAULT_PROFILE;
   const start = (o: StartSimOptions) => (options.threads ? startSimThread(o) : startSim(o).then(inProcess));
-  const sims = await startAll(options.replicas, (i) => start({ name: `gpu${i}`, profile: card, timeScale: options.timeScale, engine, template }));
+  const sims = await startEach(options.replicas, (i) => start({ name: `gpu${i}`, profile: card, timeScale: options.timeScale, engine, template }));
   // The pooled arm's one sim, started when first asked for; reset and counted with the others.
   let pooled: SimHandle | undefined;
   const all = () => (pooled ? [...sims, pooled] : sims);
@@ -375,18 +375,6 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
 }
 
 const inProcess = (s: SimServer): SimHandle => ({ name: s.name, url: s.url, options: s.app.options, family: s.app.profile.family, stop: () => s.stop() });
-
-/** Start `n` sims, one after the other; if one cannot start, the others are stopped. */
-async function startAll(n: number, start: (i: number) => Promise<SimHandle>): Promise<SimHandle[]> {
-  const started: SimHandle[] = [];
-  try {
-    for (let i = 0; i < n; i++) started.push(await start(i));
-  } catch (error) {
-    await Promise.all(started.map((s) => s.stop()));
-    throw error;
-  }
-  return started;
-}
 
 /**
  * The pooled arm's sim: one card with the KV, prefill rate and running sequences of all `n`

@@ -6,7 +6,7 @@
  *   fleet[0].url  // http://127.0.0.1:PORT
  *   await Promise.all(fleet.map((s) => s.stop()));
  */
-export { startSim, startSimFleet, routerTomlSnippet, type SimServer, type StartSimOptions, type StartFleetOptions } from "./server.ts";
+export { startEach, startSim, startSimFleet, routerTomlSnippet, type SimServer, type StartSimOptions, type StartFleetOptions } from "./server.ts";
 export { createSimApp, type SimApp, type SimAppDeps, type SimState } from "./app.ts";
 export { SimEngine, type Sequence } from "./engine.ts";
 export type { SimEngineApi, SimSequence, SequenceResult, SequenceListener, EngineStats, PrefixStop, SlotInfo, KvSnapshot } from "./engine-api.ts";

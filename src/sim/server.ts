@@ -72,16 +72,19 @@ export async function startSimFleet(options: StartFleetOptions, deps: SimAppDeps
   if (!Number.isInteger(replicas) || replicas < 1) {
     throw new LlmrouteError("usage", `sim: replicas = ${JSON.stringify(replicas)}: must be a positive integer`);
   }
-  const servers: SimServer[] = [];
+  return startEach(replicas, (i) => startSim({ ...rest, name: `gpu${i}`, port: basePort === 0 ? 0 : basePort + i }, deps));
+}
+
+/** Start `n` sims (wherever `start` runs them), one after the other; if one cannot start, those started are stopped. */
+export async function startEach<S extends { stop(): Promise<void> }>(n: number, start: (i: number) => Promise<S>): Promise<S[]> {
+  const started: S[] = [];
   try {
-    for (let i = 0; i < replicas; i++) {
-      servers.push(await startSim({ ...rest, name: `gpu${i}`, port: basePort === 0 ? 0 : basePort + i }, deps));
-    }
+    for (let i = 0; i < n; i++) started.push(await start(i));
   } catch (error) {
-    await Promise.all(servers.map((s) => s.stop()));
+    await Promise.all(started.map((s) => s.stop()));
     throw error;
   }
-  return servers;
+  return started;
 }
 
 /**
