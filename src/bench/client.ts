@@ -33,8 +33,11 @@ export interface Outcome {
   /** Whether usage carried a cached figure at all (vLLM without --enable-prompt-tokens-details, Ollama: never). */
   cachedReported: boolean;
   completionTokens: number;
-  /** A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>][; computed=<tokens>]`); undefined from real engines. */
-  sim?: { cachedTokens: number; stop: SimStop; heldTokens: number; computedTokens?: number };
+  /**
+   * A sim's own account (`x-sim-prefix: cached=<tokens>; stop=<full|evicted|new|elsewhere>[; held=<tokens>][; computed=<tokens>]`,
+   * and `x-sim-sequence`, its sequence id in GET /sim/first-tokens); undefined from real engines.
+   */
+  sim?: { cachedTokens: number; stop: SimStop; heldTokens: number; computedTokens?: number; sequence?: number };
   /** How the router judged the engine's report against its index (its request record); undefined: no router, or no report to judge. */
   verdict?: CacheVerdict;
   /** Prompt tokens cached on some replica at routing time (the router's index, or the oracle's /sim/match). */
@@ -90,7 +93,8 @@ export async function sendChat(baseUrl: string, body: unknown, options: SendOpti
   outcome.replica = options.replica ?? res.headers.get("x-llmroute-replica") ?? outcome.replica;
   outcome.route = options.route ?? res.headers.get("x-llmroute-route") ?? outcome.route;
   const sim = parseSimPrefix(res.headers.get("x-sim-prefix"));
-  if (sim) outcome.sim = sim;
+  const sequence = Number(res.headers.get("x-sim-sequence") ?? NaN);
+  if (sim) outcome.sim = Number.isInteger(sequence) ? { ...sim, sequence } : sim;
   if (!res.ok || !res.body) {
     outcome.error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 300)}`;
     outcome.totalMs = now() - started;

@@ -68,6 +68,14 @@ export function traceP90Figure(_workload: WorkloadName, s: ArmSummary): ReturnTy
   return s.trace && { value: s.trace.ttft.p90, n: s.trace.ttft.n, what: "TTFT p90", unit: "ms" };
 }
 
+/** A trace on sims: the engines' own TTFT p50 and p90 (the cards' time, without the hops': docs/traces.md#engine-ttft). */
+export function engineP50Figure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
+  return s.trace?.engineTtft && { value: s.trace.engineTtft.p50, n: s.trace.engineTtft.n, what: "engine TTFT p50", unit: "ms" };
+}
+export function engineP90Figure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
+  return s.trace?.engineTtft && { value: s.trace.engineTtft.p90, n: s.trace.engineTtft.n, what: "engine TTFT p90", unit: "ms" };
+}
+
 /** Burst wall p50 (mixed's second figure). */
 export function burstFigure(_workload: WorkloadName, s: ArmSummary): ReturnType<typeof keyFigure> {
   return s.burstWall && { value: s.burstWall.median, n: s.burstWall.n, what: "burst wall p50", unit: "s" };
@@ -80,9 +88,11 @@ export function fmt(value: number, unit: "ms" | "s"): string {
 
 type Figure = (workload: WorkloadName, s: ArmSummary) => ReturnType<typeof keyFigure>;
 
-/** A row per workload's headline; mixed also gets its burst wall, the other half of its trade; a trace its p90. */
-function figuresOf(workload: WorkloadName): Figure[] {
-  return workload === "mixed" ? [keyFigure, burstFigure] : workload === "trace" ? [keyFigure, traceP90Figure] : [keyFigure];
+/** A row per workload's headline; mixed also gets its burst wall, the other half of its trade; a trace its p90, and on sims the engines' own p50 and p90. */
+function figuresOf(w: WorkloadSummary): Figure[] {
+  if (w.workload === "mixed") return [keyFigure, burstFigure];
+  if (w.workload !== "trace") return [keyFigure];
+  return w.arms.some((a) => a.trace?.engineTtft) ? [keyFigure, traceP90Figure, engineP50Figure, engineP90Figure] : [keyFigure, traceP90Figure];
 }
 
 /** `perRun[r]` is run r's workload summaries, in the same workload and arm order every run; `engine` names the row block. */
@@ -92,7 +102,7 @@ export function buildMatrix(perRun: readonly (readonly WorkloadSummary[])[], eng
   const arms = [...new Set(first.flatMap((w) => w.arms.map((a) => a.arm)))];
   const rows: MatrixRow[] = [];
   for (const w of first) {
-    for (const figure of figuresOf(w.workload)) {
+    for (const figure of figuresOf(w)) {
       let what = "";
       let unit: MatrixRow["unit"] = "ms";
       const cells = arms.map((arm): MatrixCell => {

@@ -70,6 +70,14 @@ export interface Sample {
   simHeld?: number;
   /** Sims, `elsewhere` stops: how much of the prompt the replica had computed, when more than it held (the rest was evicted since). */
   simComputed?: number;
+  /** Sims: the sequence id (x-sim-sequence) that ties this request to the sim's own first-token time. */
+  simSequence?: number;
+  /**
+   * Sims: the engine's own time to first token, model ms, by the sim's clock (GET /sim/first-tokens):
+   * its queue and prefill, without the client's, the router's and the HTTP hops' time, which at
+   * a time scale of F reach ttftMs multiplied by 1/F (docs/traces.md#engine-ttft).
+   */
+  engineTtftMs?: number;
   /** The router's judgement of the engine's report (its request record): a "miss" dropped index entries as evicted. */
   verdict?: CacheVerdict;
   completionTokens: number;
@@ -287,6 +295,13 @@ export async function runArm(
     }
     const sim = await target.simTotals();
     if (sim) result.sim = sim;
+    const firsts = await target.firstTokens();
+    if (firsts) {
+      for (const s of result.samples) {
+        const ms = s.simSequence === undefined ? undefined : firsts.get(s.replica)?.get(s.simSequence);
+        if (ms !== undefined) s.engineTtftMs = ms;
+      }
+    }
     return result;
   } finally {
     lag?.stop();
@@ -452,7 +467,14 @@ async function send(ctx: DriveContext, body: Record<string, unknown>, where: Pic
     // --enable-prompt-tokens-details and Ollama report nothing); a real engine's usage is all there is.
     cachedTokens: out.sim?.cachedTokens ?? out.cachedTokens,
     ...(out.cachedReported ? { reportedCachedTokens: out.cachedTokens } : {}),
-    ...(out.sim ? { simStop: out.sim.stop, simHeld: out.sim.heldTokens, ...(out.sim.computedTokens === undefined ? {} : { simComputed: out.sim.computedTokens }) } : {}),
+    ...(out.sim
+      ? {
+          simStop: out.sim.stop,
+          simHeld: out.sim.heldTokens,
+          ...(out.sim.computedTokens === undefined ? {} : { simComputed: out.sim.computedTokens }),
+          ...(out.sim.sequence === undefined ? {} : { simSequence: out.sim.sequence }),
+        }
+      : {}),
     ...(out.verdict ? { verdict: out.verdict } : {}),
     completionTokens: out.completionTokens,
     ...(out.availableTokens === undefined ? {} : { availableTokens: out.availableTokens }),

@@ -56,6 +56,8 @@ export interface Target {
   reset(): Promise<void>;
   /** Sim counters, summed over replicas (preemptions, evictions); undefined on real replicas. */
   simTotals(): Promise<SimTotals | undefined>;
+  /** Sims: each replica's first-token times in model ms by sequence id (GET /sim/first-tokens); undefined on real replicas. */
+  firstTokens(): Promise<Map<string, Map<number, number>> | undefined>;
   startArm(name: ArmName): Promise<Arm>;
   stop(): Promise<void>;
 }
@@ -346,6 +348,11 @@ export async function simTarget(options: SimTargetOptions): Promise<Target> {
         },
       };
     },
+    async firstTokens() {
+      const fleet = all();
+      const docs = await Promise.all(fleet.map(async (s) => (await (await fetch(`${s.url}/sim/first-tokens`)).json()) as { first_token_model_ms: Record<string, number> }));
+      return new Map(fleet.map((s, i) => [s.name, new Map(Object.entries(docs[i]!.first_token_model_ms).map(([id, ms]) => [Number(id), ms]))]));
+    },
     async startArm(name) {
       if (name === "oracle") {
         // One router per sim, each with only that sim: the oracle's hop, with no choice to make.
@@ -414,6 +421,7 @@ export async function configTarget(config: Config, model: string | undefined, fl
     ...(engine ? { engine } : {}),
     reset: async () => {},
     simTotals: async () => undefined,
+    firstTokens: async () => undefined,
     async startArm(name) {
       if (name === "oracle" || name === "pooled") throw new LlmrouteError("usage", `bench: the ${name} arm needs simulated replicas (--sim); it cannot ${name === "oracle" ? "see a real engine's cache" : "pool real cards"}`);
       const routing = { ...config.routing, policy: name };

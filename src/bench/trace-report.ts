@@ -36,6 +36,11 @@ export interface TraceArmSummary {
   vsCeiling: number;
   vsPooled: number;
   ttft: { n: number; p50: number; p90: number; p99: number };
+  /**
+   * Sims: the engines' own time to first token (Sample.engineTtftMs), over the measured
+   * requests the sims timed: what the cards took, without the hops' and this machine's time.
+   */
+  engineTtft?: { n: number; p50: number; p90: number; p99: number };
   /** Per card, in the fleet's order (the pooled arm: its one sim). */
   cards: Record<string, TraceCard>;
   /** The busiest card's shares. */
@@ -81,6 +86,7 @@ export function summarizeTraceArm(arm: ArmResult, replicas: readonly string[], y
     };
   }
   const ttfts = measured.map((s) => s.ttftMs);
+  const engine = measured.flatMap((s) => (s.engineTtftMs === undefined ? [] : [s.engineTtftMs]));
   const hitRate = hit(measured);
   const shares = Object.values(cards);
   return {
@@ -90,6 +96,7 @@ export function summarizeTraceArm(arm: ArmResult, replicas: readonly string[], y
     vsCeiling: ratio(hitRate, yardstick?.ceiling.hitRate),
     vsPooled: ratio(hitRate, yardstick?.pooled?.hitRate),
     ttft: { n: ttfts.length, p50: quantile(ttfts, 0.5), p90: quantile(ttfts, 0.9), p99: quantile(ttfts, 0.99) },
+    ...(engine.length > 0 ? { engineTtft: { n: engine.length, p50: quantile(engine, 0.5), p90: quantile(engine, 0.9), p99: quantile(engine, 0.99) } } : {}),
     cards,
     maxRequestShare: shares.length === 0 ? NaN : Math.max(...shares.map((c) => c.requestShare)),
     maxTokenShare: shares.length === 0 ? NaN : Math.max(...shares.map((c) => c.tokenShare)),
@@ -122,19 +129,25 @@ export function yardstickLine(y: TraceYardstick | undefined, cards: number): str
   return `yardsticks over the same ${int(y.requests)} measured requests (${int(y.promptTokens)} prompt tokens, the warm-up's filling the cache first): infinite cache ${share(y.ceiling.hitRate)}; ${pooled}`;
 }
 
-/** Per arm: n, TTFT p50/p90/p99, the delivered hit rate against both yardsticks, the busiest card and the route reasons. */
+/**
+ * Per arm: n, TTFT p50/p90/p99 (and on sims the engines' own p50/p90), the delivered hit rate
+ * against both yardsticks, the busiest card and the route reasons.
+ */
 export function traceTable(arms: readonly { arm: string; errors: number; requests: number; trace?: TraceArmSummary }[]): string {
+  const engine = arms.some((a) => a.trace?.engineTtft);
+  const blank = engine ? ["-", "-"] : [];
   return table(
-    ["policy", "n", "ttft p50 ms", "p90 ms", "p99 ms", "hit rate", "÷ ceiling", "÷ pooled", "most requests · most tokens", "routes", "errors"],
+    ["policy", "n", "ttft p50 ms", "p90 ms", "p99 ms", ...(engine ? ["engine p50 ms", "p90 ms"] : []), "hit rate", "÷ ceiling", "÷ pooled", "most requests · most tokens", "routes", "errors"],
     arms.map((a) => {
       const t = a.trace;
-      if (!t) return [a.arm, 0, "-", "-", "-", "-", "-", "-", "-", "-", a.errors === 0 ? "0" : `${a.errors}/${a.requests}`];
+      if (!t) return [a.arm, 0, "-", "-", "-", ...blank, "-", "-", "-", "-", "-", a.errors === 0 ? "0" : `${a.errors}/${a.requests}`];
       return [
         a.arm,
         t.n,
         ms(t.ttft.p50),
         ms(t.ttft.p90),
         ms(t.ttft.p99),
+        ...(engine ? (t.engineTtft ? [ms(t.engineTtft.p50), ms(t.engineTtft.p90)] : blank) : []),
         share(t.hitRate),
         times(t.vsCeiling),
         times(t.vsPooled),
@@ -143,7 +156,7 @@ export function traceTable(arms: readonly { arm: string; errors: number; request
         a.errors === 0 ? "0" : `${a.errors}/${a.requests}`,
       ];
     }),
-    { right: [1, 2, 3, 4, 5, 6, 7] },
+    { right: engine ? [1, 2, 3, 4, 5, 6, 7, 8, 9] : [1, 2, 3, 4, 5, 6, 7] },
   );
 }
 
@@ -170,6 +183,7 @@ export function traceCardTable(arms: readonly { arm: string; trace?: TraceArmSum
 }
 
 export const TRACE_NOTE =
+  "engine p50, p90 (sims): the cards' own time to first token, queue and prefill, by the sims' clocks — the ttft columns add what the client, the router and the HTTP hops took, which at time scale F counts 1/F times over. " +
   "hit rate: Σ cached ÷ Σ prompt tokens as the engine reported them (on sims, the sim's own count), over the measured requests; ÷ ceiling: ÷ an infinite cache's hit rate over the same requests; " +
   "÷ pooled: ÷ one LRU cache holding every card's KV (the same requests in arrival order, in the trace's blocks): what the fleet's KV could deliver were it one card. " +
   "most requests · most tokens: the card with the largest share of the requests, and the one with the largest share of the prompt tokens. evicted blocks: the card's own count over the whole arm, warm-up included (sims). routes: the router's reason for each placement (x-llmroute-route).";

@@ -32,6 +32,9 @@ import { SlotEngine } from "./slots.ts";
 import { isEndpoint, isRecord, parseRequest, tokenizeText, type ChatMessage, type Endpoint, type ParsedRequest } from "./prompt-text.ts";
 import { outputSeed } from "./tokenizer.ts";
 
+/** Sequences whose first-token times GET /sim/first-tokens keeps (a long trace replay's arm is a few thousand). */
+const FIRST_TOKENS_KEPT = 100_000;
+
 /** GET /sim/state: the engine's counters plus its configuration and pool. */
 export interface SimState extends EngineStats {
   name: string;
@@ -219,8 +222,21 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
     };
   }
 
+  /**
+   * Each finished sequence's time to first token in model time, by sequence id (x-sim-sequence):
+   * what the card itself took, queueing and prefill, with none of the HTTP hops' or the
+   * caller's own time in it (GET /sim/first-tokens; the bench's engine TTFT). The newest
+   * FIRST_TOKENS_KEPT are kept.
+   */
+  const firstTokens = new Map<number, number>();
+  function keepFirstToken(id: number, modelMs: number): void {
+    firstTokens.set(id, modelMs);
+    if (firstTokens.size > FIRST_TOKENS_KEPT) firstTokens.delete(firstTokens.keys().next().value!);
+  }
+
   function reset(): void {
     engine.reset();
+    firstTokens.clear();
     store.clear();
     faults.clear();
     counters = zeroCounters();
@@ -353,6 +369,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
       elapsedMs: () => clock.now() - started,
     };
     const onEnd = (result: SequenceResult) => {
+      if (result.ttftModelMs !== undefined) keepFirstToken(result.id, result.ttftModelMs);
       if ((result.reason === "stop" || result.reason === "length") && endpoint === "/v1/responses" && ctx.store) {
         store.set(ctx.id, [...(parsed.conversation ?? []), replyMessage(ctx, result.text)]);
       }
@@ -385,11 +402,13 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
 
   // `held` only when the replica held more of the prefix than the request could use;
   // `computed` only when, beyond what it held elsewhere, it had computed more and dropped it.
-  const prefixHeader = (seq: Pick<SimSequence, "cachedTokens" | "prefixStop" | "heldTokens" | "computedTokens">): Record<string, string> =>
+  // `x-sim-sequence` names the sequence in GET /sim/first-tokens.
+  const prefixHeader = (seq: Pick<SimSequence, "id" | "cachedTokens" | "prefixStop" | "heldTokens" | "computedTokens">): Record<string, string> =>
     seq.prefixStop === undefined
       ? {}
       : {
           "x-sim-prefix": `cached=${seq.cachedTokens}; stop=${seq.prefixStop}${seq.heldTokens > seq.cachedTokens ? `; held=${seq.heldTokens}` : ""}${seq.computedTokens > seq.heldTokens ? `; computed=${seq.computedTokens}` : ""}`,
+          "x-sim-sequence": String(seq.id),
         };
 
   async function whole(ctx: FormatContext, parsed: ParsedRequest, prepared: Prepared, request: Request, onEnd: (r: SequenceResult) => void): Promise<Response> {
@@ -545,6 +564,7 @@ export function createSimApp(input: Partial<SimOptions> = {}, deps: SimAppDeps =
 
   async function simRoute(path: string, method: string, request: Request, url: URL): Promise<Response> {
     if (path === "/sim/state" && method === "GET") return json(state());
+    if (path === "/sim/first-tokens" && method === "GET") return json({ first_token_model_ms: Object.fromEntries(firstTokens) });
     if (path === "/sim/faults" && method === "GET") return json(faults.snapshot());
     if (path === "/sim/faults" && method === "POST") {
       const body = await readJson(request);

@@ -58,6 +58,8 @@ export type EndReason = FinishReason | "cancelled" | "fault" | "reset" | "overfl
 export type PrefixStop = "full" | "evicted" | "new" | "elsewhere";
 
 export interface SequenceResult {
+  /** The sequence's id (SimSequence.id). */
+  id: number;
   reason: EndReason;
   /** The generated text. */
   text: string;

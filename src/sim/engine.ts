@@ -387,6 +387,7 @@ export class SimEngine implements SimEngineApi {
         if (reason === "cancelled") this.stats.cancelled_total++;
       }
       const result: SequenceResult = {
+        id: seq.id,
         reason,
         text: seq.genText,
         promptTokens: seq.promptTokens,

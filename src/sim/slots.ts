@@ -749,6 +749,7 @@ export class SlotEngine implements SimEngineApi {
         if (reason === "cancelled") this.stats.cancelled_total++;
       }
       const result: SequenceResult = {
+        id: seq.id,
         reason,
         text: seq.genText,
         promptTokens: seq.promptTokens,

@@ -58,6 +58,22 @@ describe("a trace replayed on two sims, chat-shaped, two runs", () => {
     expect(samples(0, "hybrid").map((s) => s.line)).toEqual(plan.requests.map((r) => plan.records[r.record]!.line));
   });
 
+  it("every request carries its card's own time to first token, never more than the client's, which adds the hops", () => {
+    for (const run of [0, 1]) {
+      for (const arm of ["roundrobin", "hybrid", "oracle", "pooled"]) {
+        for (const s of samples(run, arm)) {
+          expect(s.simSequence).toBeInteger();
+          expect(s.engineTtftMs).toBeGreaterThan(0);
+          expect(s.engineTtftMs!).toBeLessThanOrEqual(s.ttftMs);
+        }
+      }
+    }
+    for (const a of arms()) {
+      expect(a.trace!.engineTtft!.n).toBe(a.trace!.n);
+      expect(a.trace!.engineTtft!.p50).toBeLessThanOrEqual(a.trace!.ttft.p50);
+    }
+  });
+
   it("the runs took the arms forward, then backward", () => {
     const order = (run: number) => lines.filter((l) => l.startsWith("vllm-details · trace · ")).slice(run * 4, run * 4 + 4).map((l) => l.split(" · ")[2]!.split(":")[0]);
     expect(order(0)).toEqual(["roundrobin", "hybrid", "oracle", "pooled"]);
@@ -100,10 +116,12 @@ describe("a trace replayed on two sims, chat-shaped, two runs", () => {
 
   it("the text report has the trace's tables; the JSON the same figures", () => {
     expect(out.text).toContain("yardsticks over the same");
-    for (const column of ["ttft p50 ms", "p90 ms", "p99 ms", "hit rate", "÷ ceiling", "÷ pooled", "most requests · most tokens", "routes"]) expect(out.text).toContain(column);
+    for (const column of ["ttft p50 ms", "p90 ms", "p99 ms", "engine p50 ms", "hit rate", "÷ ceiling", "÷ pooled", "most requests · most tokens", "routes"]) expect(out.text).toContain(column);
     expect(out.text).toMatch(/per card +card +requests +share +prompt tokens +share +hit rate +evicted blocks +routes/);
     expect(out.text).toMatch(/trace +TTFT p50 /);
     expect(out.text).toMatch(/trace +TTFT p90 /);
+    expect(out.text).toMatch(/trace +engine TTFT p50 /);
+    expect(out.text).toMatch(/trace +engine TTFT p90 /);
     const trace = json.engines[0]!.summaries[0]!;
     expect(trace.workload).toBe("trace");
     expect(trace.yardstick).toEqual(out.blocks[0]!.summaries[0]!.yardstick as never);

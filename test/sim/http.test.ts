@@ -108,6 +108,30 @@ describe("prefix cache over HTTP", () => {
   });
 });
 
+describe("first-token times by sequence", () => {
+  it("each answer names its sequence (x-sim-sequence); GET /sim/first-tokens gives that sequence's time to first token in model time, and /sim/reset clears them", async () => {
+    const s = await sim(CARD);
+    const client = openai(s);
+    const firsts = async () => ((await (await fetch(`${s.url}/sim/first-tokens`)).json()) as { first_token_model_ms: Record<string, number> }).first_token_model_ms;
+    const ids: string[] = [];
+    for (const tag of ["one", "two"]) {
+      const ended = nextEnd(s);
+      const { response } = await client.chat.completions.create({ model: "sim-model", messages: [{ role: "user", content: words(4_000, `first-${tag}`) }], max_tokens: 2 }).withResponse();
+      const result = await ended;
+      const id = response.headers.get("x-sim-sequence")!;
+      expect(id).toBe(String(result.id));
+      // 4,000 tokens at the card's 4,000 a second: at least a model second, whatever the machine's load.
+      expect(result.ttftModelMs!).toBeGreaterThanOrEqual(1_000);
+      expect((await firsts())[id]).toBe(result.ttftModelMs!);
+      ids.push(id);
+    }
+    expect(ids[0]).not.toBe(ids[1]);
+    expect(Object.keys(await firsts()).sort()).toEqual([...ids].sort());
+    await fetch(`${s.url}/sim/reset`, { method: "POST" });
+    expect(await firsts()).toEqual({});
+  });
+});
+
 describe("API shapes", () => {
   it("chat: non-streaming body, finish reasons, and no usage chunk unless asked", async () => {
     const s = await sim(SMALL);
