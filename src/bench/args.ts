@@ -204,10 +204,20 @@ export const SMALL: Sizes = {
   capacity: { families: [12_000, 10_000, 8_000], turns: 3, turnTokens: 500, replyTokens: 16, systemTokens: 500 },
 };
 
+/**
+ * A trace replayed alone runs at time scale 0.2, not 0.1. Its requests are short next to the
+ * agent's 90k tokens (on Mooncake's conversation trace a card's own p50 is 100–170 model ms),
+ * and the real ms the client, the router and two HTTP hops take (~10 on a loaded 2-core
+ * machine) count 1/F model ms each: at 0.1 and 2× load the median request's client TTFT sat
+ * 100–125 model ms above its card's own, at 0.2 46–54 (docs/traces.md#time-scale). A replay
+ * takes twice as long for it; --time-scale says otherwise.
+ */
+export const TRACE_TIME_SCALE = 0.2;
+
 export const benchArgs = {
   sim: { type: "string", description: `Start N simulated 3090-class replicas (default ${DEFAULTS.sim})` },
   small: { type: "boolean", description: "Sizes for real replicas on a small machine (a tenth of the tokens: agent to 6k, 2k documents, bursts of 4); flags still override" },
-  "time-scale": { type: "string", description: `Sim speed: real time = model time × F (default ${DEFAULTS.timeScale})` },
+  "time-scale": { type: "string", description: `Sim speed: real time = model time × F (default ${DEFAULTS.timeScale}; a trace alone ${TRACE_TIME_SCALE})` },
   config: { type: "string", description: "Bench the replicas of this router.toml instead of sims (no oracle)" },
   routers: { type: "string", description: "Router instances per arm sharing state through Redis, requests spread round-robin (default 1)" },
   redis: { type: "string", description: "Redis/Valkey URL the --routers instances share (default: start a redis-server on a free port)" },
@@ -348,9 +358,11 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
   };
   const families = numbers("families", DEFAULTS.capacity.families, (f) => Number.isInteger(f) && f >= 256, "comma-separated token counts >= 256");
 
+  // A trace alone runs alone; --workload says otherwise.
+  const workloads = list("workload", WORKLOAD_NAMES, str("trace") ? ["trace"] : DEFAULT_WORKLOADS);
   const options: BenchOptions = {
     sim: num("sim", DEFAULTS.sim),
-    timeScale: num("time-scale", DEFAULTS.timeScale, "positive"),
+    timeScale: num("time-scale", workloads.every((w) => w === "trace") ? TRACE_TIME_SCALE : DEFAULTS.timeScale, "positive"),
     ...(str("config") ? { config: str("config")! } : {}),
     routers: num("routers", 1),
     ...(str("redis") ? { redis: str("redis")! } : {}),
@@ -361,8 +373,7 @@ export function parseBenchArgs(raw: RawArgs): BenchOptions {
     templates: list("template", TEMPLATES, ["chatml"]),
     card: list("card", Object.keys(PROFILES) as ProfileName[], [DEFAULT_PROFILE])[0]!,
     kvTokens: kvTokensOf(str("kv-tokens"), problems),
-    // A trace alone runs alone; --workload says otherwise.
-    workloads: list("workload", WORKLOAD_NAMES, str("trace") ? ["trace"] : DEFAULT_WORKLOADS),
+    workloads,
     agent: {
       contextTokens: num("context-tokens", DEFAULTS.agent.contextTokens),
       turns: num("turns", DEFAULTS.agent.turns, "int", 2),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "bun:test";
-import { DEFAULT_POLICIES, DEFAULT_WORKLOADS, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, SEEDED_WORKLOADS, WORKLOAD_NAMES } from "../../src/bench/args.ts";
+import { DEFAULT_POLICIES, DEFAULT_WORKLOADS, DEFAULTS, kvTokensLabel, parseBenchArgs, runOptions, SEEDED_WORKLOADS, TRACE_TIME_SCALE, WORKLOAD_NAMES } from "../../src/bench/args.ts";
 import { ENGINE_PROFILES, TEMPLATES } from "../../src/sim/index.ts";
 import { POLICY_NAMES } from "../../src/route/options.ts";
 import { agentFirstTokens, sharedRequests } from "../../src/bench/workloads.ts";
@@ -184,6 +184,16 @@ describe("parseBenchArgs", () => {
     expect(parseBenchArgs({ trace: "t.jsonl", workload: "agent,trace" }).workloads).toEqual(["agent", "trace"]);
     expect(parseBenchArgs({ trace: "t.jsonl" }).pooled).toBe(true);
     expect(parseBenchArgs({ trace: "t.jsonl", pooled: false }).pooled).toBe(false);
+  });
+
+  it("a trace alone runs at time scale 0.2 (its short requests: the hops, ×1/F, would match the cards' own time at 0.1); with other workloads, or told, as told", () => {
+    expect(TRACE_TIME_SCALE).toBe(0.2);
+    expect(DEFAULTS.timeScale).toBe(0.1);
+    expect(parseBenchArgs({ trace: "t.jsonl" }).timeScale).toBe(TRACE_TIME_SCALE);
+    expect(parseBenchArgs({ trace: "t.jsonl", workload: "trace" }).timeScale).toBe(TRACE_TIME_SCALE);
+    expect(parseBenchArgs({ trace: "t.jsonl", workload: "agent,trace" }).timeScale).toBe(DEFAULTS.timeScale);
+    expect(parseBenchArgs({ trace: "t.jsonl", "time-scale": "0.1" }).timeScale).toBe(0.1);
+    expect(parseBenchArgs({}).timeScale).toBe(DEFAULTS.timeScale);
   });
 
   it("a conversation that cannot fit its context is a usage error before anything runs", () => {
