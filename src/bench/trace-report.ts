@@ -40,7 +40,7 @@ export interface TraceArmSummary {
    * Sims: the engines' own time to first token (Sample.engineTtftMs), over the measured
    * requests the sims timed: what the cards took, without the hops' and this machine's time.
    */
-  engineTtft?: { n: number; p50: number; p90: number; p99: number };
+  engineTtft?: TraceArmSummary["ttft"];
   /** Per card, in the fleet's order (the pooled arm: its one sim). */
   cards: Record<string, TraceCard>;
   /** The busiest card's shares. */
@@ -58,6 +58,11 @@ const count = (keys: readonly string[]): Record<string, number> => {
 
 /** The measured requests of a trace arm: not the warm-up's. */
 export const measuredOf = (samples: readonly Sample[]) => samples.filter((s) => !s.warmup);
+
+/** n, p50, p90 and p99 of a TTFT sample (the client's or the engines'). */
+function spread(values: readonly number[]): TraceArmSummary["ttft"] {
+  return { n: values.length, p50: quantile(values, 0.5), p90: quantile(values, 0.9), p99: quantile(values, 0.99) };
+}
 
 /** One arm's trace figures over its successful measured requests; `replicas` orders the cards. */
 export function summarizeTraceArm(arm: ArmResult, replicas: readonly string[], yardstick?: TraceYardstick): TraceArmSummary {
@@ -95,8 +100,8 @@ export function summarizeTraceArm(arm: ArmResult, replicas: readonly string[], y
     hitRate,
     vsCeiling: ratio(hitRate, yardstick?.ceiling.hitRate),
     vsPooled: ratio(hitRate, yardstick?.pooled?.hitRate),
-    ttft: { n: ttfts.length, p50: quantile(ttfts, 0.5), p90: quantile(ttfts, 0.9), p99: quantile(ttfts, 0.99) },
-    ...(engine.length > 0 ? { engineTtft: { n: engine.length, p50: quantile(engine, 0.5), p90: quantile(engine, 0.9), p99: quantile(engine, 0.99) } } : {}),
+    ttft: spread(ttfts),
+    ...(engine.length > 0 ? { engineTtft: spread(engine) } : {}),
     cards,
     maxRequestShare: shares.length === 0 ? NaN : Math.max(...shares.map((c) => c.requestShare)),
     maxTokenShare: shares.length === 0 ? NaN : Math.max(...shares.map((c) => c.tokenShare)),
